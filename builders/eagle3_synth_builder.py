@@ -1,0 +1,58 @@
+"""`datasets` builder for eagle3-synth: configs B1-B8, features = the data contract.
+
+Thin on purpose: the configs come from `eagle3_synth.configs`, the features from
+`eagle3_synth.records`, the rows from `eagle3_synth.pipeline.iter_rows` over a run directory.
+Use it as a class (datasets >= 4 runs no loading scripts):
+
+    builder = Eagle3Synth(config_name="B1_glaive", run_dir="runs/B1_glaive", cache_dir=tmp)
+    builder.download_and_prepare(file_format="parquet")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import datasets
+
+from eagle3_synth.configs import CONFIGS
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.pipeline import iter_rows
+from eagle3_synth.records import FEATURES
+
+
+@dataclass
+class Eagle3SynthConfig(datasets.BuilderConfig):
+    """One config B1-B8; `run_dir` says where its generated results are."""
+
+    source: str = ""
+    pattern: str = ""
+    run_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.name not in CONFIGS:
+            raise ConfigError(f"unknown config {self.name!r}; known configs: {', '.join(CONFIGS)}")
+
+
+class Eagle3Synth(datasets.GeneratorBasedBuilder):
+    BUILDER_CONFIG_CLASS = Eagle3SynthConfig
+    BUILDER_CONFIGS = [
+        Eagle3SynthConfig(name=spec.name, source=spec.source, pattern=spec.pattern, description=spec.pattern)
+        for spec in CONFIGS.values()
+    ]
+    DEFAULT_CONFIG_NAME = "B1_glaive"
+
+    def _info(self) -> datasets.DatasetInfo:
+        return datasets.DatasetInfo(
+            description=f"EAGLE-3 drafter training data: {self.config.pattern} (prompts from {self.config.source})",
+            features=FEATURES,
+        )
+
+    def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
+        if not self.config.run_dir:
+            raise ConfigError(f"config {self.config.name}: pass run_dir=<run directory> to build it")
+        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"run_dir": self.config.run_dir})]
+
+    def _generate_examples(self, run_dir: str):
+        for row in iter_rows(run_dir):
+            yield row["sample_id"], row

@@ -1,0 +1,93 @@
+"""The one small interface every engine adapter implements.
+
+An adapter takes token-id prompts and yields per-sample results as they complete (in any order).
+It knows nothing about datasets, configs or the Hub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling parameters, always passed to engines explicitly (SGLang's defaults bite)."""
+
+    max_new_tokens: int
+    temperature: float
+    stop_token_ids: tuple[int, ...]
+    top_p: float = 1.0
+    top_k: int = -1  # -1: no top-k cut
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if not self.stop_token_ids:
+            raise ConfigError("at least one stop token id is required")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    sample_id: int
+    prompt_ids: list[int]
+
+
+@dataclass
+class GenerationResult:
+    """One finished sample, as the engine reported it (ids unmodified)."""
+
+    sample_id: int
+    output_ids: list[int]
+    finish_reason: str  # stop | length | abort
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    error: str | None = None  # set when the engine failed this sample (finish_reason "abort")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Everything any adapter may need; each adapter reads only its own fields."""
+
+    model: str | None = None
+    tokenizer: str | None = None
+    trust_remote_code: bool = False
+    device: str | None = None
+    batch_size: int = 8
+    replay_file: str | None = None
+    urls: tuple[str, ...] = ()
+    max_in_flight: int = 256
+    request_timeout_s: float = 3600.0
+    max_retries: int = 8
+    engine_args: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """Generate results for token-id prompts; yield each as soon as it is complete."""
+
+    def generate(
+        self, requests: Iterable[GenerationRequest], params: SamplingParams
+    ) -> Iterator[GenerationResult]: ...
+
+    def close(self) -> None: ...
+
+
+def abort_result(request: GenerationRequest, message: str) -> GenerationResult:
+    """The result recorded for a sample the engine could not generate."""
+    return GenerationResult(
+        sample_id=request.sample_id,
+        output_ids=[],
+        finish_reason="abort",
+        prompt_tokens=len(request.prompt_ids),
+        completion_tokens=0,
+        error=message,
+    )

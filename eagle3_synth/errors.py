@@ -1,0 +1,29 @@
+"""Error types shared across modules.
+
+Transient vs. invalid is a type, not a flag: callers retry `TransientEngineError` and never retry
+the others.
+"""
+
+
+class Eagle3SynthError(Exception):
+    """Base class: every error this package raises on purpose."""
+
+
+class ConfigError(Eagle3SynthError, ValueError):
+    """A user-supplied option, config name or config file is wrong."""
+
+
+class PromptError(Eagle3SynthError, ValueError):
+    """One prompt record is malformed; the message names the record."""
+
+
+class MarkerError(Eagle3SynthError, ValueError):
+    """A model profile's marker is missing from the tokenizer or is not a single token."""
+
+
+class EngineError(Eagle3SynthError, RuntimeError):
+    """An engine failed or returned a result that violates the contract."""
+
+
+class TransientEngineError(EngineError):
+    """A failure worth retrying (connection dropped, timeout, 5xx)."""
