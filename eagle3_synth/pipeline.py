@@ -17,7 +17,7 @@ from typing import Any
 
 from . import __version__
 from .chat import ChatTokenizer, load_tokenizer
-from .prompt_prep import prepare_prompts
+from .prompt_prep import prepare_prompts, prompt_source_identity
 from .configs import ConfigSpec
 from .engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from .journal import RunDirectory
@@ -78,7 +78,7 @@ class GenerateSummary:
         return lines
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -93,7 +93,7 @@ def tokenizer_identity(path: str) -> dict[str, str]:
              "special_tokens_map.json", "tokenizer.model", "tiktoken.model")
     if not folder.is_dir():
         return {"name": path}
-    return {name: _file_digest(folder / name) for name in names if (folder / name).is_file()}
+    return {name: file_digest(folder / name) for name in names if (folder / name).is_file()}
 
 
 def model_identity(path: str | None) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def model_identity(path: str | None) -> dict[str, Any]:
         return {"name": path}
     identity: dict[str, Any] = {"name": folder.name}
     if (folder / "config.json").is_file():
-        identity["config.json"] = _file_digest(folder / "config.json")
+        identity["config.json"] = file_digest(folder / "config.json")
     identity["weights"] = sorted(
         (p.name, p.stat().st_size) for p in folder.iterdir() if p.suffix in (".safetensors", ".bin")
     )
@@ -115,10 +115,9 @@ def fingerprint_fields(options: GenerateOptions, profile: str) -> dict[str, Any]
     """Everything that determines the output ids (engine plumbing such as URLs is left out)."""
     return {
         "config": options.config.name,
-        "prompts": _file_digest(Path(options.prompts_file)),
-        "limit": options.limit,
+        "prompts": prompt_source_identity(options),
         "model": model_identity(options.engine_options.model) if options.engine != "replay" else {},
-        "replay": _file_digest(Path(options.engine_options.replay_file)) if options.engine == "replay" else None,
+        "replay": file_digest(Path(options.engine_options.replay_file)) if options.engine == "replay" else None,
         "tokenizer": tokenizer_identity(options.tokenizer_path),
         "template_kwargs": {**options.config.template_kwargs, **options.template_kwargs},
         "profile": profile,

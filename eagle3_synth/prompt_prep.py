@@ -7,6 +7,7 @@ record stays its index in the prompt list.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .chat import ChatTokenizer
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from .pipeline import GenerateOptions
 
 log = logging.getLogger(__name__)
+
+
+def prompt_source_identity(options: "GenerateOptions") -> dict[str, Any]:
+    """What decides the prompt list, for the run fingerprint: the file's digest and the cap."""
+    from .pipeline import file_digest
+
+    return {"file": file_digest(Path(options.prompts_file)), "limit": options.limit}
 
 
 def prepare_prompts(
