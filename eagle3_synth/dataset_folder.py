@@ -92,7 +92,8 @@ def _existing_rows(folder: Path) -> dict[str, int]:
         return {}
     card = DatasetCard.load(readme)
     rows: dict[str, int] = {}
-    for info in card.data.to_dict().get("dataset_info", []) or []:
+    infos = card.data.to_dict().get("dataset_info") or []
+    for info in [infos] if isinstance(infos, dict) else infos:  # one config: a mapping, not a list
         for split in info.get("splits", []) or []:
             if split.get("name") == "train":
                 rows[info.get("config_name", "default")] = split.get("num_examples", 0)

@@ -19,6 +19,7 @@ from . import __version__
 from .chat import ChatTokenizer, load_tokenizer
 from .prompt_prep import prepare_prompts, prompt_source_identity
 from .configs import ConfigSpec
+from .errors import ConfigError
 from .engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from .journal import RunDirectory
 from .profiles import MarkerIds, get_profile, resolve_markers
@@ -48,6 +49,17 @@ class GenerateOptions:
     trust_remote_code: bool = False
     strict: bool = False
     retry_errors: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked here, before any prompt is prepared, so a typo fails in a second, not after hours.
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"--limit must be >= 1, got {self.limit}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
 
 
 @dataclass

@@ -93,7 +93,7 @@ def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
         ),
         profile=args.profile,
         limit=args.limit,
-        max_new_tokens=args.max_new_tokens or config.max_new_tokens,
+        max_new_tokens=config.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
