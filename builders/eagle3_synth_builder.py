@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import datasets
+from datasets.utils.py_utils import classproperty
 
 from eagle3_synth.configs import CONFIGS
 from eagle3_synth.errors import ConfigError
@@ -34,13 +35,25 @@ class Eagle3SynthConfig(datasets.BuilderConfig):
             raise ConfigError(f"unknown config {self.name!r}; known configs: {', '.join(CONFIGS)}")
 
 
-class Eagle3Synth(datasets.GeneratorBasedBuilder):
-    BUILDER_CONFIG_CLASS = Eagle3SynthConfig
-    BUILDER_CONFIGS = [
+def registry_builder_configs() -> list[Eagle3SynthConfig]:
+    """One BuilderConfig per registered config, read from the registry each time it is asked."""
+    return [
         Eagle3SynthConfig(name=spec.name, source=spec.source, pattern=spec.pattern, description=spec.pattern)
         for spec in CONFIGS.values()
     ]
+
+
+class Eagle3Synth(datasets.GeneratorBasedBuilder):
+    BUILDER_CONFIG_CLASS = Eagle3SynthConfig
+    BUILDER_CONFIGS = registry_builder_configs()
     DEFAULT_CONFIG_NAME = "B1_glaive"
+
+    # datasets memoizes `builder_configs` from BUILDER_CONFIGS once per class; reading the registry
+    # live instead lets configs loaded from a --config-file after import be built too.
+    @classproperty
+    @classmethod
+    def builder_configs(cls) -> dict[str, Eagle3SynthConfig]:
+        return {config.name: config for config in registry_builder_configs()}
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(

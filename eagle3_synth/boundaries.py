@@ -28,12 +28,13 @@ class Boundaries:
 
 
 def _index(ids: Sequence[int], token: int | None, start: int = 0) -> int:
+    """First index of `token` at or after `start`, -1 if absent (list.index runs in C)."""
     if token is None:
         return -1
-    for i in range(start, len(ids)):
-        if ids[i] == token:
-            return i
-    return -1
+    try:
+        return ids.index(token, start)
+    except ValueError:
+        return -1
 
 
 def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> bool:
@@ -44,20 +45,23 @@ def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> boo
     open marker comes after the last close marker" identifies exactly that case, trailing
     whitespace tokens included.
     """
-    last_open = last_close = -1
-    for i, token in enumerate(prompt_ids):
-        if token == markers.reasoning_open:
-            last_open = i
-        elif token == markers.reasoning_close:
-            last_close = i
-    return last_open > last_close
+    tail = list(prompt_ids)[::-1]  # search from the end, in C
+    from_end_open = _index(tail, markers.reasoning_open)
+    if from_end_open < 0:
+        return False
+    from_end_close = _index(tail, markers.reasoning_close)
+    return from_end_close < 0 or from_end_open < from_end_close
 
 
 def find_tool_calls(output_ids: Sequence[int], markers: MarkerIds) -> tuple[ToolCallSpan, ...]:
     """Pair each call-begin with the next call-end; a begin with no end was cut off (`end=-1`)."""
     spans: list[ToolCallSpan] = []
+    first = _index(output_ids, markers.tool_call_begin)
+    if first < 0:  # the common case, decided without a Python loop over the ids
+        return ()
     open_at = -1
-    for i, token in enumerate(output_ids):
+    for i in range(first, len(output_ids)):
+        token = output_ids[i]
         if token == markers.tool_call_begin:
             if open_at >= 0:  # a new call began before the previous one ended
                 spans.append(ToolCallSpan(open_at, -1))

@@ -12,6 +12,12 @@ from .errors import Eagle3SynthError
 # Subcommand name -> module under eagle3_synth.commands (imported only when used).
 COMMANDS = {
     "build": "build",
+    "generate": "generate",
+    "inspect": "inspect",
+    "stats": "stats",
+    "validate": "validate",
+    "export": "export",
+    "publish": "publish",
 }
 
 

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import signal
+import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+import numpy as np
 
 from . import __version__
 from .chat import ChatTokenizer, load_tokenizer
-from .prompt_prep import prepare_prompts, prompt_source_identity
+from .prompt_prep import PromptSelection, prepare_prompts, prompt_source_identity
 from .configs import ConfigSpec
-from .errors import ConfigError
 from .engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
-from .journal import RunDirectory
+from .errors import ConfigError, EngineError
+from .journal import JournalIndex, RunDirectory, Shard, kill_point
 from .profiles import MarkerIds, get_profile, resolve_markers
+from .progress import MAX_LISTED, Coverage, Progress, RunSummary
 from .records import dumps_messages, dumps_tools, make_row
 
 log = logging.getLogger(__name__)
@@ -34,7 +39,7 @@ class GenerateOptions:
 
     config: ConfigSpec
     tokenizer_path: str
-    prompts_file: str
+    prompts_file: str | None  # prepared prompts; None when `selection` reads a source
     run_dir: str
     engine: str
     engine_options: EngineOptions
@@ -49,6 +54,11 @@ class GenerateOptions:
     trust_remote_code: bool = False
     strict: bool = False
     retry_errors: bool = False
+    # Where prompts come from when not a prepared prompts file (see prompt_prep.PromptSelection).
+    selection: PromptSelection = PromptSelection()
+    # How this process runs (not part of the fingerprint: they do not change any output).
+    shard: Shard = Shard()
+    max_hours: float | None = None
 
     def __post_init__(self) -> None:
         # Checked here, before any prompt is prepared, so a typo fails in a second, not after hours.
@@ -60,34 +70,6 @@ class GenerateOptions:
             raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-
-
-@dataclass
-class GenerateSummary:
-    config: str
-    run_dir: str
-    prompts: int = 0
-    rejected: int = 0
-    already_done: int = 0
-    generated: int = 0
-    finish_reasons: Counter = field(default_factory=Counter)
-    errors: list[str] = field(default_factory=list)
-    output_tokens: int = 0
-    seconds: float = 0.0
-
-    def lines(self) -> list[str]:
-        rate = self.generated / self.seconds if self.seconds else 0.0
-        tok_rate = self.output_tokens / self.seconds if self.seconds else 0.0
-        lines = [
-            f"{self.config}: {self.prompts} prompts ({self.rejected} rejected), "
-            f"{self.already_done} already in {self.run_dir}, {self.generated} generated "
-            f"in {self.seconds:.1f}s ({rate:.2f} samples/s, {tok_rate:.1f} output tokens/s)",
-            "  finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items())) or "none"),
-        ]
-        lines += [f"  error: {e}" for e in self.errors[:20]]
-        if len(self.errors) > 20:
-            lines.append(f"  ... and {len(self.errors) - 20} more errors")
-        return lines
 
 
 def file_digest(path: Path) -> str:
@@ -143,14 +125,75 @@ def fingerprint_fields(options: GenerateOptions, profile: str) -> dict[str, Any]
     }
 
 
-def generate(options: GenerateOptions) -> GenerateSummary:
-    """Fill the run directory with a result for every prompt that has none yet."""
+
+def _sampling_params(options: GenerateOptions, markers: MarkerIds) -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=options.max_new_tokens,
+        temperature=options.temperature,
+        stop_token_ids=markers.stop_ids,
+        top_p=options.top_p,
+        top_k=options.top_k,
+        seed=options.seed,
+    )
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a scheduler's preemption notice, `kill`) stops like Ctrl-C: the journal is closed
+    on the way out -- on an object store that uploads the open segment -- and the run resumes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _pending(run: RunDirectory, index: JournalIndex, options: GenerateOptions, summary: RunSummary) -> set[int]:
+    """This shard's sample_ids still to generate; counts the rest into the summary."""
+    shard = options.shard
+    ids = run.prompt_ids()
+    ids = ids[ids % shard.count == shard.index]
+    positions = index.positions(ids)
+    has_result = positions >= 0
+    failed = np.zeros(len(ids), dtype=bool)
+    failed[has_result] = ~index.ok[positions[has_result]]
+    skip = has_result & ~(failed & options.retry_errors)
+    summary.rejected = sum(1 for reject in run.iter_rejects() if shard.owns(reject["sample_id"]))
+    summary.prompts = len(ids) + summary.rejected
+    summary.already_done = int((skip & ~failed).sum())
+    summary.failed_before = int((skip & failed).sum())
+    return set(ids[~skip].tolist())
+
+
+def _requests(
+    run: RunDirectory, todo: set[int], deadline: float | None, summary: RunSummary
+) -> Iterator[GenerationRequest]:
+    """Requests for `todo`, read lazily from prompts.jsonl (never all prompt ids in memory);
+    past the deadline no new request is handed out, so the engine drains and the run stops."""
+    for prompt in run.iter_prompts(keep=todo.__contains__):
+        if deadline is not None and time.monotonic() >= deadline:
+            summary.stopped = "deadline"
+            return
+        yield GenerationRequest(prompt.sample_id, prompt.prompt_ids)
+
+
+def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
+    """Journal a result for every prompt of the shard that has none yet (or only errors, with
+    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
     started = time.monotonic()
+    deadline = None if options.max_hours is None else started + options.max_hours * 3600
     tokenizer = load_tokenizer(options.tokenizer_path, trust_remote_code=options.trust_remote_code)
     profile = get_profile(options.profile, tokenizer)
     markers = resolve_markers(profile, tokenizer)
     run = RunDirectory(options.run_dir)
-    run.claim(
+    run_fingerprint = run.claim(
         fingerprint_fields(options, profile.name),
         meta={
             "markers": asdict(markers),
@@ -161,74 +204,99 @@ def generate(options: GenerateOptions) -> GenerateSummary:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )
-    summary = GenerateSummary(config=options.config.name, run_dir=options.run_dir)
-
+    kill_point("run.claimed")
     if not run.prompts_ready:
         chat = ChatTokenizer(tokenizer, {**options.config.template_kwargs, **options.template_kwargs})
         prepared, rejects = prepare_prompts(options, chat)
         run.write_prompts(prepared, rejects)
-    summary.rejected = sum(1 for _ in run.iter_rejects())
+    kill_point("prompts.ready")
 
-    done = run.index_results()
-    pending: list[GenerationRequest] = []
-    for prompt in run.iter_prompts():
-        summary.prompts += 1
-        state = done.get(prompt.sample_id)
-        if state is not None and not (state[1] and options.retry_errors):
-            summary.already_done += 1
-            continue
-        pending.append(GenerationRequest(prompt.sample_id, prompt.prompt_ids))
-    summary.prompts += summary.rejected
-
-    if pending:
-        params = SamplingParams(
-            max_new_tokens=options.max_new_tokens,
-            temperature=options.temperature,
-            stop_token_ids=markers.stop_ids,
-            top_p=options.top_p,
-            top_k=options.top_k,
-            seed=options.seed,
-        )
+    summary = RunSummary(config=options.config.name, run_dir=options.run_dir, shard=str(options.shard))
+    todo = _pending(run, run.scan(run_fingerprint), options, summary)
+    if todo:
         engine = create_engine(options.engine, options.engine_options)
+        progress = Progress(summary, total=summary.prompts - summary.rejected,
+                            done=summary.already_done + summary.failed_before, engine=engine, stream=progress_stream)
+        requests = _requests(run, todo, deadline, summary)
         try:
-            with run.open_journal() as journal:
-                for result in engine.generate(pending, params):
+            with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal:
+                for result in engine.generate(requests, _sampling_params(options, markers)):
+                    if result.sample_id not in todo:
+                        raise EngineError(f"engine {options.engine} returned sample_id {result.sample_id}, "
+                                          "which was not asked for or was already returned")
+                    todo.discard(result.sample_id)
                     journal.append(result)
-                    summary.generated += 1
-                    summary.output_tokens += result.completion_tokens
-                    summary.finish_reasons[result.finish_reason] += 1
-                    if result.error:
-                        summary.errors.append(f"sample_id {result.sample_id}: {result.error}")
+                    progress.update(result)
+        except KeyboardInterrupt:
+            summary.stopped = "interrupted"
         finally:
             engine.close()
+            progress.close()
+    summary.remaining = len(todo)
     summary.seconds = time.monotonic() - started
     return summary
 
 
 def iter_rows(run_dir: str, markers: MarkerIds | None = None) -> Iterator[dict[str, Any]]:
-    """Contract rows of a run directory in sample_id order; samples without a result are left out.
+    """Contract rows of a run directory in sample_id order, exactly one per generated sample.
 
-    Results are looked up by byte offset, so memory holds one sample at a time plus the index.
+    Works while a run is still generating (unfinished samples are left out, failed ones too).
+    Memory holds the journal index (about 25 bytes a sample) and one sample at a time.
     """
+    with RunDirectory(run_dir).local_copy() as run:
+        markers = markers or run.markers()
+        index = run.scan()
+        if not len(index.sample_ids):
+            return
+        has_row = index.ok
+
+        def keep(sample_id: int) -> bool:
+            position = index.position(sample_id)
+            return position >= 0 and bool(has_row[position])
+
+        with index.reader(run.fs) as read:
+            for prompt in run.iter_prompts(keep=keep):
+                result = read(index.position(prompt.sample_id))
+                kill_point("assemble.row")
+                yield make_row(
+                    sample_id=prompt.sample_id,
+                    source_id=prompt.source_id,
+                    prompt_ids=prompt.prompt_ids,
+                    output_ids=result["output_ids"],
+                    finish_reason=result["finish_reason"],
+                    messages_json=dumps_messages(prompt.messages),
+                    tools_json=dumps_tools(prompt.tools),
+                    markers=markers,
+                )
+
+
+def check_run(run_dir: str, config: str) -> Coverage:
+    """What the run directory holds for `config`: results, failures, samples still missing."""
     run = RunDirectory(run_dir)
-    markers = markers or run.markers()
-    index = run.index_results()
-    journal_path = Path(run_dir) / "journal.jsonl"
-    if not journal_path.exists():
-        return
-    with open(journal_path, "rb") as journal:
-        for prompt in run.iter_prompts():
-            state = index.get(prompt.sample_id)
-            if state is None or state[1]:
-                continue  # not generated yet, or failed: reported, not stored
-            result = run.read_result(journal, state[0])
-            yield make_row(
-                sample_id=prompt.sample_id,
-                source_id=prompt.source_id,
-                prompt_ids=prompt.prompt_ids,
-                output_ids=result["output_ids"],
-                finish_reason=result["finish_reason"],
-                messages_json=dumps_messages(prompt.messages),
-                tools_json=dumps_tools(prompt.tools),
-                markers=markers,
-            )
+    recorded = run.read_run_file()["fields"].get("config")
+    if recorded != config:
+        raise ConfigError(f"run directory {run_dir} holds config {recorded!r}, not {config!r}")
+    if not run.prompts_ready:
+        raise ConfigError(f"run directory {run_dir} has no prepared prompts yet; run generate (or build with --model) first")
+    index = run.scan()
+    ids = run.prompt_ids()
+    positions = index.positions(ids)
+    found = positions[positions >= 0]
+    failed: list[str] = []
+    with index.reader(run.fs) as read:
+        for position in found[~index.ok[found]][:MAX_LISTED].tolist():
+            result = read(position)
+            failed.append(f"sample_id {result['sample_id']}: {result.get('error') or 'aborted by the engine'}")
+    return Coverage(
+        config=config,
+        run_dir=run_dir,
+        prompts=len(ids),
+        rejected=sum(1 for _ in run.iter_rejects()),
+        finish_reasons=index.finish_reasons(),
+        failed=failed,
+        missing=ids[positions < 0],
+        layouts=index.layouts(),
+        duplicates=index.duplicates,
+        torn=index.torn,
+        corrupt=index.corrupt,
+    )

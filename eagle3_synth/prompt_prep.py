@@ -1,61 +1,348 @@
-"""Prompt preparation: a config's prompt records become templated `PreparedPrompt`s.
+"""Prompt preparation: a config's records become templated `PreparedPrompt`s, with hygiene.
 
-Bad records are reported and skipped (or fatal under `--strict`); the `sample_id` of every other
-record stays its index in the prompt list.
+Where the records come from (`PromptSelection`):
+- a prepared prompts file (`--prompts`, or the config's bundled samples): lines in file order;
+- local files in the source's own schema (`--source-file`, repeatable) or the config's dataset read
+  with `datasets` streaming (`--from-source`): each record is converted by the config's adapter.
+
+The prompt list and `sample_id`:
+- prepared prompts file: `sample_id` is the line index;
+- source records: records are put in a seeded order -- record number `p` of the source (counting
+  from 0 across the files or dataset configs, in the order given) sorts by
+  `blake2b(f"{seed}:{p}")` -- and `sample_id` is the rank in that order. It depends only on the
+  source's contents, its order and the seed: the same record gets the same `sample_id` for every
+  model, tokenizer and `max_new_tokens`, in every run and on every shard.
+Records are taken in that order until `cap` prompts are kept (`--limit`; for a source, the config's
+cap by default). A rejected record keeps its `sample_id` and leaves a gap, so nothing is renumbered.
+A prompt's `source_id` is the record's id column (`id`, `uuid`, `prompt_id`, per adapter) or, for
+sources without one (Glaive, Mixture-of-Thoughts, OpenThoughts), where it was read: `file.json#12`,
+`file.jsonl:13` (a line) or `all/train#5` (dataset config/split and row).
+
+Hygiene (each reject is counted by reason, logged, and written to `rejects.jsonl` with its
+`sample_id`, source id, reason and detail; `--strict` makes the first one fatal):
+- `unparseable`: the record (or prompts line) cannot be read or converted;
+- `control_token`: message text contains one of the tokenizer's control tokens (`<|im_end|>`,
+  `<think>`...), which templating would turn into the real control token;
+- `template_error`: the chat template refuses the conversation;
+- `too_long`: more prompt tokens than the model's context minus `max_new_tokens`;
+- `duplicate`: the same prompt ids as an earlier kept prompt (hash of the templated ids).
+
+Selecting from a source reads it once (twice in the rare case that many of the first candidates
+are rejected), holding only about 2 x cap converted conversations, never the whole source.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import itertools
+import json
 import logging
+import re
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .chat import ChatTokenizer
-from .conversation import Conversation, read_prompts_jsonl
-from .errors import PromptError
+from .conversation import Conversation, check_messages, read_prompts_jsonl
+from .errors import ConfigError, PromptError
 from .records import PreparedPrompt
+from .sources import get_adapter
+from .sources.readers import SourceRecord, iter_dataset, iter_source_files
 
 if TYPE_CHECKING:
     from .pipeline import GenerateOptions
 
 log = logging.getLogger(__name__)
 
+REJECT_REASONS = ("unparseable", "control_token", "template_error", "too_long", "duplicate")
+# Bump when a hygiene rule changes what is kept, so old runs are not mixed with new prompt lists.
+HYGIENE_VERSION = 1
+# Rejects logged one by one; the rest are counted in the summary line and listed in rejects.jsonl.
+LOGGED_REJECTS = 20
+
+
+@dataclass(frozen=True)
+class PromptSelection:
+    """Where a config's records come from and how prompts are chosen from them.
+
+    With neither `source_files` nor `from_source`, the prompts come from the prepared prompts file
+    (`GenerateOptions.prompts_file`).
+    """
+
+    # Local files in the source's own schema (.jsonl, .json, .parquet), read in this order.
+    source_files: tuple[str, ...] = ()
+    # Read the config's dataset (Hub id or local dataset folder) with datasets streaming.
+    from_source: bool = False
+    # Dataset revision (tag, branch, commit) for `from_source`; None = the default branch.
+    revision: str | None = None
+    # Seed of the selection order (not the sampling seed: new outputs for the same prompts).
+    seed: int = 0
+    # Read at most this many source records (a quick trial on a large dataset).
+    scan_limit: int | None = None
+    # The model's context length; prompts longer than it minus max_new_tokens are skipped.
+    context_length: int | None = None
+
+    @property
+    def reads_source(self) -> bool:
+        return bool(self.source_files) or self.from_source
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A record in prompt-list order, converted (or the reason it could not be)."""
+
+    sample_id: int
+    where: str  # for messages: `file:line (sample_id N)`
+    source_id: str
+    item: Conversation | PromptError
+
+
+class Reject(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+# -- identity ----------------------------------------------------------------------------------------
+
+def model_context_length(*folders: str | None) -> int | None:
+    """`max_position_embeddings` from the first folder's config.json that has one (also nested in
+    `text_config`/`language_config`, as multimodal models like Kimi-K2.5 keep it); None if unknown."""
+    for folder in folders:
+        if not folder or not (Path(folder) / "config.json").is_file():
+            continue
+        try:
+            config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ConfigError(f"{folder}/config.json is not valid JSON ({exc}); pass --max-context") from None
+        for section in (config, config.get("text_config") or {}, config.get("language_config") or {}):
+            value = section.get("max_position_embeddings")
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def max_prompt_tokens(options: "GenerateOptions") -> int | None:
+    """Longest prompt that leaves room for `max_new_tokens`; None when the context is unknown."""
+    context = options.selection.context_length
+    if context is None:
+        return None
+    if context <= options.max_new_tokens:
+        raise ConfigError(f"the model's context ({context} tokens, --max-context) leaves no room for prompts "
+                          f"with --max-new-tokens {options.max_new_tokens}")
+    return context - options.max_new_tokens
+
+
+def effective_cap(options: "GenerateOptions") -> int | None:
+    """`--limit`, else the config's cap for a source; a prepared prompts file is used whole."""
+    if options.limit is not None:
+        return options.limit
+    return options.config.cap if options.selection.reads_source else None
+
 
 def prompt_source_identity(options: "GenerateOptions") -> dict[str, Any]:
-    """What decides the prompt list, for the run fingerprint: the file's digest and the cap."""
+    """Everything that decides the prompt list, for the run fingerprint."""
     from .pipeline import file_digest
 
-    return {"file": file_digest(Path(options.prompts_file)), "limit": options.limit}
+    selection = options.selection
+    identity: dict[str, Any] = {
+        "cap": effective_cap(options),
+        "max_prompt_tokens": max_prompt_tokens(options),
+        "hygiene": HYGIENE_VERSION,
+    }
+    if not selection.reads_source:
+        return {"file": file_digest(Path(options.prompts_file)), **identity}
+    spec = options.config
+    adapter = get_adapter(spec.adapter)
+    identity.update(adapter=adapter.name, adapter_version=adapter.version, seed=selection.seed,
+                    scan_limit=selection.scan_limit)
+    if selection.source_files:
+        for path in selection.source_files:
+            if not Path(path).is_file():
+                raise ConfigError(f"--source-file {path}: no such file")
+        identity["source_files"] = [[Path(p).name, file_digest(Path(p))] for p in selection.source_files]
+    else:
+        if not spec.source:
+            raise ConfigError(f"config {spec.name} has no source dataset; pass --source-file FILE or --prompts FILE")
+        identity["dataset"] = {"source": spec.source, "configs": list(spec.source_configs), "split": spec.split,
+                               "data_files": list(spec.data_files), "revision": selection.revision}
+    return identity
+
+
+# -- candidates in prompt-list order ---------------------------------------------------------------
+
+def selection_key(seed: int, position: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest(), "big")
+
+
+def _convert(record: SourceRecord, convert: Callable[[Any], Conversation], id_of: Callable[[Any], str]
+             ) -> tuple[str, str, Conversation | PromptError]:
+    """(locator, source id, conversation or error) of one source record."""
+    if record.error is not None:
+        return record.locator, record.locator, PromptError(record.error)
+    source_id = id_of(record.record) or record.locator
+    try:
+        conversation = convert(record.record)
+        check_messages(conversation.messages, "converted record")
+    except PromptError as exc:
+        return record.locator, source_id, exc
+    return record.locator, source_id, Conversation(conversation.messages, conversation.tools, source_id)
+
+
+def seeded_candidates(
+    read: Callable[[], Iterable[SourceRecord]],
+    convert: Callable[[Any], Conversation],
+    id_of: Callable[[Any], str],
+    seed: int,
+    pool: int,
+) -> Iterator[Candidate]:
+    """Records in seeded order (see the module doc), converted, lazily.
+
+    One pass keeps the `pool` records with the smallest keys (converting only those that enter the
+    pool). Should the consumer want more than the pool holds, the source is read again with a pool
+    four times larger; ranks are global, so the second pass continues where the first stopped.
+    """
+    given = 0
+    while True:
+        heap: list[tuple[int, int, Any]] = []  # (-key, -position, converted): the max on top
+        total = 0
+        for position, record in enumerate(read()):
+            total += 1
+            key = selection_key(seed, position)
+            if len(heap) < pool:
+                heapq.heappush(heap, (-key, -position, _convert(record, convert, id_of)))
+            elif (key, position) < (-heap[0][0], -heap[0][1]):
+                heapq.heapreplace(heap, (-key, -position, _convert(record, convert, id_of)))
+        ordered = sorted(heap, reverse=True)
+        for rank in range(given, len(ordered)):
+            locator, source_id, item = ordered[rank][2]
+            yield Candidate(rank, f"{locator} (sample_id {rank})", source_id, item)
+            given = rank + 1
+        if total <= pool:
+            return
+        pool *= 4
+
+
+def file_candidates(path: str) -> Iterator[Candidate]:
+    """Lines of a prepared prompts file, in order; `sample_id` = line index."""
+    for sample_id, item in read_prompts_jsonl(path):
+        where = f"{path}:{sample_id + 1} (sample_id {sample_id})"
+        source_id = item.source_id if isinstance(item, Conversation) else ""
+        yield Candidate(sample_id, where, source_id, item)
+
+
+def candidates(options: "GenerateOptions", cap: int | None) -> Iterator[Candidate]:
+    selection = options.selection
+    if not selection.reads_source:
+        return file_candidates(options.prompts_file)
+    spec = options.config
+    adapter = get_adapter(spec.adapter)
+
+    def read() -> Iterator[SourceRecord]:
+        if selection.source_files:
+            records = iter_source_files(selection.source_files)
+        else:
+            records = iter_dataset(spec.source, split=spec.split, configs=spec.source_configs,
+                                   data_files=spec.data_files, columns=spec.columns, revision=selection.revision)
+        return itertools.islice(records, selection.scan_limit)
+
+    pool = 2 * cap + 64 if cap is not None else 1 << 62
+    return seeded_candidates(read, adapter.convert, adapter.source_id, selection.seed, pool)
+
+
+# -- hygiene ---------------------------------------------------------------------------------------
+
+def control_tokens(tokenizer: Any) -> list[str]:
+    """The tokenizer's special tokens plus `<...>` added tokens (Qwen's `<think>`, `<tool_call>`):
+    strings that templating turns into control tokens wherever they appear in message text."""
+    tokens = {token.content for token in tokenizer.added_tokens_decoder.values()
+              if token.special or (token.content.startswith("<") and token.content.endswith(">"))}
+    return sorted((t for t in tokens if t.strip()), key=len, reverse=True)
+
+
+def rendered_texts(conversation: Conversation) -> Iterator[tuple[str, str]]:
+    """(where, text) of every string a template renders from the conversation."""
+    for i, message in enumerate(conversation.messages):
+        if isinstance(message.get("content"), str):
+            yield f"messages[{i}]", message["content"]
+        if message.get("tool_calls"):
+            yield f"messages[{i}].tool_calls", json.dumps(message["tool_calls"], ensure_ascii=False)
+    if conversation.tools:
+        yield "tools", json.dumps(conversation.tools, ensure_ascii=False)
+
+
+class PromptChecks:
+    """Templates one conversation and applies the hygiene rules; raises `Reject`."""
+
+    def __init__(self, chat: ChatTokenizer, max_prompt_tokens: int | None):
+        self.chat = chat
+        self.max_prompt_tokens = max_prompt_tokens
+        tokens = control_tokens(chat.tokenizer)
+        self.control = re.compile("|".join(map(re.escape, tokens))) if tokens else None
+        self.seen: dict[bytes, int] = {}
+
+    def prepare(self, candidate: Candidate) -> PreparedPrompt:
+        if isinstance(candidate.item, PromptError):
+            raise Reject("unparseable", str(candidate.item))
+        conversation = candidate.item
+        if self.control is not None:
+            for where, text in rendered_texts(conversation):
+                match = self.control.search(text)
+                if match:
+                    raise Reject("control_token", f"{where} contains {match.group(0)!r}, which the tokenizer "
+                                                  "reads as a control token")
+        try:
+            ids = self.chat.prompt_ids(conversation)
+        except PromptError as exc:
+            raise Reject("template_error", str(exc)) from None
+        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
+            raise Reject("too_long", f"{len(ids)} prompt tokens > {self.max_prompt_tokens} "
+                                     "(the model's context minus max_new_tokens)")
+        digest = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
+        first = self.seen.setdefault(digest, candidate.sample_id)
+        if first != candidate.sample_id:
+            raise Reject("duplicate", f"same prompt ids as sample_id {first}")
+        return PreparedPrompt(sample_id=candidate.sample_id, source_id=candidate.source_id, prompt_ids=ids,
+                              messages=conversation.messages, tools=conversation.tools)
 
 
 def prepare_prompts(
     options: "GenerateOptions", chat: ChatTokenizer
 ) -> tuple[list[PreparedPrompt], list[dict[str, Any]]]:
-    """Template every prompt of the config; bad ones are reported (or fatal under --strict)."""
+    """Template the config's prompts in prompt-list order until `cap` are kept (see module doc)."""
+    cap = effective_cap(options)
+    checks = PromptChecks(chat, max_prompt_tokens(options))
     prepared: list[PreparedPrompt] = []
     rejects: list[dict[str, Any]] = []
-    for sample_id, item in read_prompts_jsonl(options.prompts_file):
-        if options.limit is not None and sample_id >= options.limit:
+    for candidate in candidates(options, cap):
+        if cap is not None and len(prepared) >= cap:
             break
         try:
-            if isinstance(item, PromptError):
-                raise item
-            conversation: Conversation = item
-            ids = chat.prompt_ids(conversation)
-        except PromptError as exc:
-            message = str(exc) if str(exc).startswith(options.prompts_file) else f"sample_id {sample_id}: {exc}"
+            prepared.append(checks.prepare(candidate))
+        except Reject as reject:
+            detail = str(reject)
+            message = detail if detail.startswith(candidate.where) else f"{candidate.where}: {detail}"
             if options.strict:
-                raise PromptError(message) from exc
-            log.warning("skipping prompt: %s", message)
-            rejects.append({"sample_id": sample_id, "reason": message})
-            continue
-        prepared.append(
-            PreparedPrompt(
-                sample_id=sample_id,
-                source_id=conversation.source_id,
-                prompt_ids=ids,
-                messages=conversation.messages,
-                tools=conversation.tools,
-            )
-        )
+                raise PromptError(f"{message} (--strict stops at the first rejected prompt)") from None
+            if len(rejects) < LOGGED_REJECTS:
+                log.warning("skipping prompt (%s): %s", reject.reason, message)
+            rejects.append({"sample_id": candidate.sample_id, "source_id": candidate.source_id,
+                            "reason": reject.reason, "detail": message})
+    log.info("%s", prompt_report(options.config.name, prepared, rejects, cap))
+    if len(rejects) > LOGGED_REJECTS:
+        log.warning("%d more rejected prompts are listed with their reasons in %s/rejects.jsonl",
+                    len(rejects) - LOGGED_REJECTS, options.run_dir)
     return prepared, rejects
+
+
+def prompt_report(config: str, prepared: list[PreparedPrompt], rejects: list[dict[str, Any]], cap: int | None) -> str:
+    """One line: prompts kept, rejects by reason, and whether the cap was reached."""
+    counts = Counter(reject["reason"] for reject in rejects)
+    reasons = ", ".join(f"{reason}={counts[reason]}" for reason in REJECT_REASONS if counts[reason])
+    short = f"; the source ran out before the cap of {cap}" if cap is not None and len(prepared) < cap else ""
+    return (f"{config}: {len(prepared)} prompts kept of {len(prepared) + len(rejects)} records considered"
+            f"{'; rejected: ' + reasons if reasons else ''}{short}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .decode import decode_ids
+
 COLOURS = {
     "prompt": "\033[2m",
     "reasoning": "\033[36m",
@@ -52,8 +54,8 @@ def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 def _decode(tokenizer: Any, ids: list[int], show_ids: bool) -> str:
     if not show_ids:
-        return tokenizer.decode(ids, skip_special_tokens=False)
-    return "".join(f"{tokenizer.decode([i], skip_special_tokens=False)}⟨{i}⟩" for i in ids)
+        return decode_ids(tokenizer, ids)
+    return "".join(f"{decode_ids(tokenizer, [i])}⟨{i}⟩" for i in ids)
 
 
 def header(row: dict[str, Any]) -> str:
@@ -67,14 +69,24 @@ def header(row: dict[str, Any]) -> str:
     )
 
 
-def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, show_ids: bool = False,
-               show_messages: bool = True) -> str:
-    """The header, the prompt messages, then prompt + output decoded with regions tagged."""
+def _span(start: int, end: int) -> str:
+    """Output positions of a region as the boundary columns count them: `11` or `0:11` (end excluded)."""
+    return str(start) if end == start + 1 else f"{start}:{end}"
 
-    def tag(label: str, text: str) -> str:
+
+def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, show_ids: bool = False,
+               show_messages: bool = True, positions: bool = True) -> str:
+    """The header, the prompt messages, then prompt + output decoded with regions tagged.
+
+    Each output region is tagged `[label START:END]...[/label]` with its positions in `output_ids`
+    (`positions=False` leaves them out), so a tag can be checked against the header's columns.
+    """
+
+    def tag(label: str, text: str, where: str = "") -> str:
         kind = label.split()[0]
         body = f"{COLOURS[kind]}{text}{RESET}" if colour and COLOURS.get(kind) else text
-        return body if kind == "other" else f"[{label}]{body}[/{label}]"
+        opening = f"{label} {where}" if positions and where else label
+        return body if kind == "other" else f"[{opening}]{body}[/{label}]"
 
     parts = [header(row)]
     if show_messages:
@@ -89,6 +101,6 @@ def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, sho
     text = tag("prompt", _decode(tokenizer, list(row["prompt_ids"]), show_ids))
     output = list(row["output_ids"])
     for label, start, end in output_regions(row):
-        text += tag(label, _decode(tokenizer, output[start:end], show_ids))
+        text += tag(label, _decode(tokenizer, output[start:end], show_ids), _span(start, end))
     parts.append(text)
     return "\n".join(parts)

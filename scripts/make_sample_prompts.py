@@ -1,7 +1,9 @@
 """Write the bundled sample prompts (a handful per config) to eagle3_synth/samples/.
 
 Each line is the prepared-prompts format: {"messages": [...], "tools": [...]?, "id": ...}. The
-shapes follow each source dataset (see shared/SOURCES.md); contents are short so the demo is fast.
+shapes follow each source dataset (see shared/SOURCES.md) and the adapters' conventions (tool-call
+ids `functions.<name>:<n>`, see eagle3_synth.conversation.ToolCallIds); contents are short so the
+demo is fast. Prompts from the real sources: `eagle3-synth build CONFIG --source-file ... | --from-source`.
 """
 
 import json
@@ -46,9 +48,9 @@ SAMPLES = {
         {"id": "glaive-4", "tools": [NEWS], "messages": [
             {"role": "system", "content": SYSTEM_TOOLS},
             {"role": "user", "content": "Show me the latest news about space exploration."},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_0", "type": "function",
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "functions.get_news:0", "type": "function",
              "function": {"name": "get_news", "arguments": {"topic": "space exploration"}}}]},
-            {"role": "tool", "tool_call_id": "call_0", "name": "get_news",
+            {"role": "tool", "tool_call_id": "functions.get_news:0", "name": "get_news",
              "content": "{\"headlines\": [\"Probe reaches Jupiter orbit\", \"New crew launches to the station\"]}"},
             {"role": "user", "content": "And what about the weather in Houston?"}]},
         {"id": "glaive-5", "tools": [WEATHER, CONVERT], "messages": [

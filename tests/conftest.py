@@ -17,6 +17,18 @@ QWEN_TOKENIZER = FIXTURES / "tokenizers" / "qwen3"
 TINY_MODEL = FIXTURES / "models" / "tiny-kimi"
 
 
+@pytest.fixture(autouse=True)
+def fresh_datasets_cache(tmp_path_factory, monkeypatch):
+    """A datasets cache per test.
+
+    datasets 5.2 caches a local folder with a README `configs:` block by folder name and config,
+    not by file contents: a rebuilt folder called `ds` would load another test's old rows.
+    """
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf_datasets_cache"))
+
+
 @pytest.fixture(scope="session")
 def kimi_tokenizer():
     from transformers import AutoTokenizer

@@ -11,6 +11,8 @@ from .base import Engine, EngineOptions, GenerationRequest, GenerationResult, Sa
 ENGINES: dict[str, str] = {
     "transformers": "eagle3_synth.engines.transformers_engine:create",
     "replay": "eagle3_synth.engines.replay:create",
+    "sglang": "eagle3_synth.engines.sglang_engine:create",
+    "sglang-http": "eagle3_synth.engines.sglang_http:create",
 }
 
 

@@ -65,9 +65,11 @@ class EngineOptions:
     batch_size: int = 8
     replay_file: str | None = None
     urls: tuple[str, ...] = ()
-    max_in_flight: int = 256
-    request_timeout_s: float = 3600.0
-    max_retries: int = 8
+    # sglang engines: requests in flight at once; None = the engine's default (sglang: twice the
+    # engine's running-request capacity; sglang-http: 256).
+    max_in_flight: int | None = None
+    request_timeout_s: float = 3600.0  # sglang-http: one request; a reasoning sample can take many minutes
+    max_retries: int = 8  # sglang engines: retries of a transient failure (connection, timeout, 5xx)
     engine_args: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,0 +1,117 @@
+"""Process and signal hygiene for the in-process SGLang engine.
+
+Shut it down without killing the caller's other child processes:
+
+`sglang.Engine.shutdown()` (0.5.23) ends with `kill_process_tree(os.getpid(), include_parent=False)`:
+it SIGKILLs *every* descendant of the calling process, including ones the caller started for
+itself (a data loader, a second engine, a test server). It also registers that shutdown with
+`atexit`. So we note which child processes appeared while the engine launched, and during shutdown
+replace the `kill_process_tree` that `shutdown` looks up in its module with one that kills only
+those trees. Linux only, like SGLang: children are read from /proc.
+
+Keep the caller's SIGTERM handler: SGLang's tokenizer manager, when its first request arrives,
+installs a SIGTERM handler on its event loop that waits for every request in flight (with our
+window refilling, that is the whole run), then kills the caller's whole process tree and exits.
+A preempted job needs the opposite: stop now, journal intact, resume later. So we let SGLang bind
+its response loop at launch and put the caller's handler back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Direct children of `pid` (default: this process), read from /proc/*/stat."""
+    parent = os.getpid() if pid is None else pid
+    children = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        # After "pid (comm)": state, ppid, ...
+        if int(fields[1]) == parent:
+            children.add(int(stat.parent.name))
+    return children
+
+
+@contextmanager
+def owned_children() -> Iterator[set[int]]:
+    """Yields a set that, after the block, holds the child processes started inside it."""
+    before = child_pids()
+    owned: set[int] = set()
+    try:
+        yield owned
+    finally:
+        owned |= child_pids() - before
+
+
+@contextmanager
+def kill_only(module: Any, owned: set[int]) -> Iterator[None]:
+    """While inside, `module.kill_process_tree(os.getpid(), ...)` kills only the `owned` trees."""
+    original: Callable[..., Any] | None = getattr(module, "kill_process_tree", None)
+    if original is None:
+        yield
+        return
+
+    def kill_owned(parent_pid: int | None = None, include_parent: bool = True, skip_pid: int | None = None,
+                   wait_timeout: float | None = 60) -> None:
+        if parent_pid is not None and parent_pid != os.getpid():
+            original(parent_pid, include_parent=include_parent, skip_pid=skip_pid, wait_timeout=wait_timeout)
+            return
+        for pid in sorted(owned):
+            if pid != skip_pid:
+                original(pid, include_parent=True, wait_timeout=wait_timeout)
+
+    module.kill_process_tree = kill_owned
+    try:
+        yield
+    finally:
+        module.kill_process_tree = original
+
+
+def guarded_shutdown(engine: Any, owned: set[int]) -> None:
+    """`engine.shutdown()`, with its process-tree kill limited to the engine's own processes.
+
+    Patched in the module of every class in the engine's MRO, so a subclass's shutdown that calls
+    SGLang's is covered too.
+    """
+    modules = {sys.modules.get(cls.__module__) for cls in type(engine).__mro__} - {None}
+    with ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(kill_only(module, owned))
+        engine.shutdown()
+
+
+def callers_sigterm() -> Any:
+    """The SIGTERM handler in place now; take it before SGLang starts, to give it back later."""
+    return signal.getsignal(signal.SIGTERM)
+
+
+def bind_loop_keep_sigterm(engine: Any, loop: asyncio.AbstractEventLoop, previous: Any) -> None:
+    """Have SGLang bind its response handling to `loop` now; then put `previous` back for SIGTERM.
+
+    SGLang binds to the loop *running* when it first handles a request or a control call
+    (`auto_create_handle_loop`), so it is called from a coroutine on `loop`, before any other
+    call. Its SIGQUIT handler (a worker died) stays.
+    """
+    bind = getattr(getattr(engine, "tokenizer_manager", None), "auto_create_handle_loop", None)
+    if bind is None:
+        return
+
+    async def bind_now() -> None:
+        bind()
+
+    loop.run_until_complete(bind_now())
+    if threading.current_thread() is threading.main_thread():
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -1,0 +1,310 @@
+"""The exact repo tree of a release, written to a local staging folder and checked there.
+
+Layout (what `load_dataset(repo, config)` and the Hub's viewer read):
+
+    README.md                              card: front matter (configs, dataset_info) + figures
+    <config>/train-XXXXX-of-YYYYY.parquet  the rows, rewritten for the viewer (see below)
+    <config>/run_info.json                 provenance (model, tokenizer, sampling, engine, dates)
+    figures/<config>-output-lengths.png    the length histogram embedded in the card
+
+Shards are always rewritten, not copied: each row group stays under `row_group_bytes` (the viewer
+copies Parquet as-is only below 100 MB per row group, and refuses to scan more than ~286 MiB at
+once), files end near `shard_bytes`, a page index is written for random access, and the
+optional preview columns are added. Rewriting the same rows gives the same bytes, so a config that
+did not change between releases is not uploaded again (LFS deduplicates by sha256).
+
+No `.py` file is ever staged: a loading script beside the data makes `load_dataset` fail.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasets import Features, Value
+from huggingface_hub import DatasetCard
+
+from ..dataset_folder import (
+    RUN_INFO_FILE,
+    config_data_files,
+    config_files,
+    display_name,
+    folder_stats,
+    read_run_info,
+    render_card,
+)
+from ..errors import ConfigError
+from ..records import FEATURES
+
+FIGURES_DIR = "figures"
+PREVIEW_COLUMNS = ("prompt_preview", "output_preview")
+# Rows read from the built shards at a time; small enough that a batch never dominates a row group.
+READ_BATCH_ROWS = 64
+
+
+@dataclass(frozen=True)
+class TreeLimits:
+    """Size limits of the staged Parquet files."""
+
+    # Hard limit on a row group's uncompressed size: below the viewer's 100 MB copy limit, with
+    # room for Arrow/Parquet size drift.
+    row_group_bytes: int = 64 * 2**20
+    # Target file size: a new shard starts once a shard holds this many bytes, so a shard ends at
+    # most one (compressed) row group plus its footer past it. 500 MB is what `push_to_hub` uses:
+    # few files, each small enough to stream and to retry.
+    shard_bytes: int = 500 * 10**6
+
+    def __post_init__(self) -> None:
+        if self.row_group_bytes < 1 or self.shard_bytes < 1:
+            raise ConfigError("row group and shard size limits must be positive")
+
+
+@dataclass
+class StagedTree:
+    """A staged release: the files under `root` are exactly what will be in the repo."""
+
+    root: Path
+    configs: list[str]
+    num_rows: dict[str, int]
+    features: Features
+    files: list[str] = field(default_factory=list)
+
+    def size(self, path: str) -> int:
+        return (self.root / path).stat().st_size
+
+
+def features_with_previews(preview_chars: int) -> Features:
+    """The contract's features, plus the two preview string columns when previews are on."""
+    if not preview_chars:
+        return FEATURES
+    return Features({**FEATURES, **{name: Value("string") for name in PREVIEW_COLUMNS}})
+
+
+def decoded_preview(tokenizer: Any, ids: Sequence[int], chars: int) -> str:
+    """The first `chars` characters of `decode(ids)`, special tokens kept, decoding only a prefix.
+
+    A prefix of ids can end inside a multi-byte character, which decodes to a replacement
+    character; a margin of characters past `chars` keeps that out of the preview.
+    """
+    count = chars
+    while True:
+        text = tokenizer.decode(list(ids[:count]), skip_special_tokens=False)
+        if count >= len(ids) or len(text) >= chars + 8:
+            return text[:chars]
+        count *= 2
+
+
+def _batches(files: Sequence[Path]) -> Iterator[pa.RecordBatch]:
+    for path in files:
+        yield from pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS)
+
+
+def _with_previews(batch: pa.RecordBatch, schema: pa.Schema, tokenizer: Any, chars: int) -> pa.RecordBatch:
+    columns = [batch.column(name) for name in FEATURES]
+    if chars:
+        for name in ("prompt_ids", "output_ids"):
+            ids = batch.column(name).to_pylist()
+            columns.append(pa.array([decoded_preview(tokenizer, row, chars) for row in ids], pa.string()))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class ShardWriter:
+    """Writes row groups of at most `row_group_bytes`, starting a new file past `shard_bytes`.
+
+    Files are written as `part-N` and renamed to `train-XXXXX-of-YYYYY` once their count is known.
+    """
+
+    def __init__(self, target: Path, schema: pa.Schema, limits: TreeLimits):
+        self.target, self.schema, self.limits = target, schema, limits
+        self.parts: list[Path] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._sink: Any = None
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_bytes = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        # Arrow's in-memory size is at least Parquet's uncompressed size for these columns, so a
+        # group flushed before it passes the limit in Arrow bytes is under it in Parquet bytes.
+        if batch.nbytes > self.limits.row_group_bytes and batch.num_rows > 1:
+            for row in range(batch.num_rows):
+                self.add(batch.slice(row, 1))
+            return
+        if self._pending and self._pending_bytes + batch.nbytes > self.limits.row_group_bytes:
+            self._flush_group()
+        self._pending.append(batch)
+        self._pending_bytes += batch.nbytes
+
+    def _flush_group(self) -> None:
+        table = pa.Table.from_batches(self._pending, schema=self.schema)  # chunks: no copy, still one group
+        self._pending, self._pending_bytes = [], 0
+        if self._writer is None:
+            path = self.target / f"part-{len(self.parts)}.parquet"
+            self.parts.append(path)
+            self._sink = pa.OSFile(str(path), "wb")
+            self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd", write_page_index=True)
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        if self._sink.tell() >= self.limits.shard_bytes:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+
+    def close(self) -> list[Path]:
+        if self._pending:
+            self._flush_group()
+        self._close_file()
+        final = []
+        for i, part in enumerate(self.parts):
+            name = self.target / f"train-{i:05d}-of-{len(self.parts):05d}.parquet"
+            part.rename(name)
+            final.append(name)
+        return final
+
+
+def write_shards(
+    sources: Sequence[Path], target: Path, features: Features, limits: TreeLimits,
+    tokenizer: Any = None, preview_chars: int = 0,
+) -> list[Path]:
+    """Rewrite a config's rows (in order) into viewer-sized shards under `target`."""
+    target.mkdir(parents=True, exist_ok=True)
+    writer = ShardWriter(target, features.arrow_schema, limits)
+    for batch in _batches(sources):
+        writer.add(_with_previews(batch, writer.schema, tokenizer, preview_chars))
+    return writer.close()
+
+
+def _public_run_info(info: dict[str, Any]) -> dict[str, Any]:
+    """run_info with local paths replaced by their display names: a local folder layout is private."""
+    info = json.loads(json.dumps(info))
+    meta, display = info.get("meta", {}), info.get("display", {})
+    for key in ("model", "tokenizer"):
+        if meta.get(key):
+            meta[key] = display.get(key) or display_name(meta[key])
+    return info
+
+
+def stage_tree(
+    folder: Path,
+    root: Path,
+    configs: Sequence[str],
+    *,
+    repo_id: str,
+    version: str,
+    limits: TreeLimits = TreeLimits(),
+    preview_chars: int = 0,
+    tokenizer_for: Callable[[str], Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> StagedTree:
+    """Write the release tree of `configs` from `folder` into the empty folder `root`."""
+    from ..stats import plot_output_lengths
+
+    features = features_with_previews(preview_chars)
+    tree = StagedTree(root=root, configs=list(configs), num_rows={}, features=features)
+    plots: dict[str, str] = {}
+    run_infos: dict[str, dict[str, Any] | None] = {}
+    for config in configs:
+        tokenizer = tokenizer_for(config) if (preview_chars and tokenizer_for) else None
+        shards = write_shards(config_files(folder, config), root / config, features, limits, tokenizer, preview_chars)
+        tree.num_rows[config] = sum(pq.ParquetFile(p).metadata.num_rows for p in shards)
+        run_infos[config] = read_run_info(folder, config)
+        if run_infos[config] is not None:
+            (root / config / RUN_INFO_FILE).write_text(
+                json.dumps(_public_run_info(run_infos[config]), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (root / FIGURES_DIR).mkdir(exist_ok=True)
+        plot = f"{FIGURES_DIR}/{config}-output-lengths.png"
+        lengths = [pq.read_table(p, columns=["completion_tokens"]).column(0).to_numpy() for p in shards]
+        plot_output_lengths({config: np.concatenate(lengths)}, root / plot)
+        plots[config] = plot
+        echo(f"  staged {config}: {tree.num_rows[config]} rows in {len(shards)} shard(s)")
+    card = render_card(
+        list(configs), tree.num_rows, stats=folder_stats(root, configs), run_infos=run_infos,
+        repo_id=repo_id, version=version, plots=plots, features=features,
+    )
+    (root / "README.md").write_text(card, encoding="utf-8")
+    tree.files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    verify_tree(tree, limits)
+    return tree
+
+
+def verify_tree(tree: StagedTree, limits: TreeLimits) -> None:
+    """Check the staged tree as a reader will see it; raise ConfigError on the first class of problem.
+
+    The card's YAML must describe exactly the tree (configs, their data files, row counts,
+    features), every Parquet file must fit the viewer's limits with the declared schema, and the
+    card must point only at files that are there.
+    """
+    problems: list[str] = []
+    scripts = [f for f in tree.files if f.endswith(".py")]
+    if scripts:
+        problems.append(f"Python files would be published ({scripts}); a loading script breaks load_dataset")
+    card = DatasetCard.load(tree.root / "README.md")
+    meta = card.data.to_dict()
+    configs = meta.get("configs") or []
+    defaults = [c["config_name"] for c in configs if c.get("default")]
+    if len(defaults) != 1:
+        problems.append(f"the card must mark exactly one config default: true, it marks {defaults}")
+    if [c["config_name"] for c in configs] != tree.configs:
+        problems.append(f"the card lists configs {[c['config_name'] for c in configs]}, the tree has {tree.configs}")
+    infos = meta.get("dataset_info") or []
+    infos = {i["config_name"]: i for i in ([infos] if isinstance(infos, dict) else infos)}
+    expected_schema = tree.features.arrow_schema.remove_metadata()
+    for config in tree.configs:
+        entry = next((c for c in configs if c["config_name"] == config), {})
+        if entry.get("data_files") != config_data_files(config):
+            problems.append(f"{config}: card data_files {entry.get('data_files')} != {config_data_files(config)}")
+        shards = [f for f in tree.files if f.startswith(f"{config}/") and f.endswith(".parquet")]
+        if not shards or not all(Path(f).name.startswith("train-") for f in shards):
+            problems.append(f"{config}: Parquet files {shards} do not match {config}/train-*.parquet")
+        rows = 0
+        for name in shards:
+            parquet = pq.ParquetFile(tree.root / name)
+            rows += parquet.metadata.num_rows
+            if not parquet.schema_arrow.remove_metadata().equals(expected_schema):
+                problems.append(f"{name}: schema differs from the card's features")
+            for i in range(parquet.metadata.num_row_groups):
+                group = parquet.metadata.row_group(i).total_byte_size
+                if group > limits.row_group_bytes:
+                    problems.append(f"{name}: row group {i} is {group} bytes, over {limits.row_group_bytes}")
+        splits = {s["name"]: s.get("num_examples") for s in infos.get(config, {}).get("splits", [])}
+        if splits.get("train") != rows:
+            problems.append(f"{config}: the card says {splits.get('train')} train rows, the files hold {rows}")
+        declared = Features._from_yaml_list(infos.get(config, {}).get("features", []))
+        if declared != tree.features:
+            problems.append(f"{config}: the card's features differ from the staged columns")
+    for image in _image_links(card.text):
+        if image not in tree.files:
+            problems.append(f"the card embeds {image}, which is not in the tree")
+    if problems:
+        raise ConfigError(f"the staged tree at {tree.root} is not publishable:\n  " + "\n  ".join(problems))
+
+
+def _image_links(markdown: str) -> list[str]:
+    import re
+
+    return re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", markdown)
+
+
+def operations_summary(tree: StagedTree, deletions: Sequence[str] = ()) -> list[str]:
+    """One line per operation of the commit, as the dry run prints them."""
+    lines = [f"add    {path} ({tree.size(path):,} bytes)" for path in tree.files]
+    lines += [f"delete {path}" for path in deletions]
+    return lines
+
+
+def clear_stage(root: Path, owned: bool) -> None:
+    """Prepare `root` for staging: a folder we own is replaced; a user's must be empty or absent."""
+    if root.exists() and any(root.iterdir()):
+        if not owned:
+            raise ConfigError(f"--stage-dir {root} is not empty; give an empty or new folder")
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)

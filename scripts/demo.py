@@ -1,0 +1,46 @@
+"""The embedded default, end to end on the CPU with no network.
+
+Builds config B1_glaive from the bundled sample prompts with the bundled tiny model, writes a
+Hub-layout folder (demo_out/), loads it back with `datasets.load_dataset(folder, "B1_glaive")` and
+prints one decoded sample with its boundaries marked.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
+OUT = Path(os.environ.get("DEMO_OUT", ROOT / "demo_out"))
+
+
+def main() -> int:
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+
+    from eagle3_synth.cli import main as cli
+    from eagle3_synth.render import render_row
+
+    argv = ["build", "B1_glaive", "--model", str(MODEL), "--out", str(OUT),
+            "--max-new-tokens", "256", "--temperature", "0.8", "--seed", "0"]
+    print("$ eagle3-synth " + " ".join(argv), flush=True)
+    if cli(argv) != 0:
+        return 1
+    dataset = load_dataset(str(OUT), "B1_glaive", split="train")
+    print(f"\nload_dataset({str(OUT)!r}, 'B1_glaive') -> {len(dataset)} rows, features:")
+    for name, feature in dataset.features.items():
+        print(f"  {name}: {feature}")
+    # Show a sample that has a tool call if there is one: it has every kind of boundary.
+    index = next((i for i, calls in enumerate(dataset["tool_calls"]) if calls), 0)
+    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    print("\n" + render_row(dataset[index], tokenizer, colour=sys.stdout.isatty()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

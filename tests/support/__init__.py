@@ -1,0 +1,1 @@
+"""Test-only helpers that stand in for services that cannot run here (the live Hub)."""

@@ -1,0 +1,257 @@
+"""A stand-in for `sglang.Engine` 0.5.23 (which needs a GPU), with its real surface and habits.
+
+What it copies from the real class (sglang/srt/entrypoints/engine.py, SGLANG_CONTRACT.md):
+- `Engine(**kwargs)`: an unknown keyword is `TypeError("Unexpected keyword argument 'x'")`, a
+  missing `model_path` `TypeError("Missing required argument 'model_path'")`;
+- `async_generate` with the real parameter list; a flat `input_ids` list is one request and returns
+  one result dict (sglang_results.py shapes); an unknown sampling key is a `TypeError`; a duplicate
+  in-flight `rid` a `ValueError`; stop strings with `skip_tokenizer_init` a `ValueError`;
+- request handling is bound to the loop running when the first request arrives (the real tokenizer
+  manager's `auto_create_handle_loop`), which also installs SIGTERM/SIGQUIT handlers on it: using
+  another loop later fails here (the real engine would hang);
+- `__init__` starts a worker process and registers `shutdown` with `atexit`; `shutdown()` ends in
+  `kill_process_tree(os.getpid(), include_parent=False)`, which kills *every* child of the caller;
+- `get_server_info()` with `internal_states[0]["effective_max_running_requests_per_dp"]`, read
+  through the tokenizer manager on `self.loop` (binding it, as the real call does),
+  `get_all_child_pids()`, `loop`.
+
+What each request does is the test's `plan(input_ids, sampling) -> Reply`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Union
+
+from . import sglang_results as R
+
+SAMPLING_KEYS = set(R.SAMPLING_KEYS)
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendants of pid, via `ps` (independent of the code under test)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True, check=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        child, parent = (int(x) for x in line.split())
+        children.setdefault(parent, []).append(child)
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def kill_process_tree(parent_pid, include_parent: bool = True, skip_pid: int = None, wait_timeout: Optional[float] = 60):
+    """Like sglang.srt.utils.common.kill_process_tree: SIGKILL every descendant (and the parent)."""
+    if parent_pid is None:
+        parent_pid, include_parent = os.getpid(), False
+    victims = [p for p in descendants(parent_pid) if p != skip_pid]
+    if include_parent and parent_pid != os.getpid():
+        victims.append(parent_pid)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in victims:  # reap our own children, as psutil.wait_procs does
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def is_alive(pid: int) -> bool:
+    """Running, not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@dataclass
+class Reply:
+    """What one request does: wait `delay_s` and until `wait_until()` holds, then return `result`
+    or raise `error`."""
+
+    result: dict[str, Any] | None = None
+    error: BaseException | None = None
+    delay_s: float = 0.0
+    wait_until: Callable[[], bool] | None = None
+
+
+class HTTPException(Exception):
+    """fastapi.HTTPException's shape: SGLang raises it for an abort with status 500..599."""
+
+    def __init__(self, status_code: int, detail: str):
+        super().__init__(status_code, detail)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class FakeTokenizerManager:
+    def __init__(self) -> None:
+        self.aborted: list[str] = []
+        self.event_loop: asyncio.AbstractEventLoop | None = None
+        self.gracefully_exit = False
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        self.aborted.append(rid)
+
+    def auto_create_handle_loop(self) -> None:
+        """As the real one: bind to the running loop (else a new one) and, in the main thread,
+        install SIGTERM (drain, then kill the process tree) and SIGQUIT handlers on it."""
+        if self.event_loop is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+        self.event_loop = loop
+        if threading.current_thread() is threading.main_thread():
+            loop.add_signal_handler(signal.SIGTERM, self.sigterm_handler)
+            loop.add_signal_handler(signal.SIGQUIT, lambda: None)
+
+    def sigterm_handler(self) -> None:
+        self.gracefully_exit = True
+
+
+class Engine:
+    """Configure with `Engine.configure(plan=..., fields=..., capacity=...)` in a subclass."""
+
+    plan: Callable[[list[int], dict[str, Any]], Reply] = staticmethod(lambda ids, sampling: Reply())
+    field_names: frozenset[str] = frozenset()
+    capacity: int = 8
+
+    @classmethod
+    def configure(cls, plan: Callable[[list[int], dict[str, Any]], Reply], field_names: set[str],
+                  capacity: int = 8) -> type["Engine"]:
+        return type("Engine", (cls,), {"plan": staticmethod(plan), "field_names": frozenset(field_names),
+                                       "capacity": capacity, "__module__": cls.__module__})
+
+    def __init__(self, **kwargs):
+        for key in kwargs:
+            if key not in self.field_names:
+                raise TypeError(f"Unexpected keyword argument '{key}'")
+        if "model_path" not in kwargs:
+            raise TypeError("Missing required argument 'model_path'")
+        kwargs.setdefault("log_level", "error")
+        self.server_args = kwargs
+        self.tokenizer_manager = FakeTokenizerManager()
+        atexit.register(self.shutdown)
+        self._workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        self.loop = asyncio.new_event_loop()
+        self.calls: list[dict[str, Any]] = []
+        self.running = 0
+        self.max_running = 0
+        self._live_rids: set[str] = set()
+
+    def get_all_child_pids(self) -> List[int]:
+        return [p.pid for p in self._workers]
+
+    def get_server_info(self) -> Dict[str, Any]:
+        """As the real one: runs the tokenizer manager's get_internal_state on self.loop (which binds it)."""
+        async def get_internal_state() -> List[Dict[str, Any]]:
+            self.tokenizer_manager.auto_create_handle_loop()
+            return [{"effective_max_running_requests_per_dp": self.capacity}]
+
+        return {**self.server_args, "dp_size": 1, "version": "0.5.23",
+                "internal_states": self.loop.run_until_complete(get_internal_state())}
+
+    async def async_generate(
+        self,
+        prompt: Optional[Union[List[str], str]] = None,
+        sampling_params: Optional[Union[List[Dict], Dict]] = None,
+        input_ids: Optional[Union[List[List[int]], List[int]]] = None,
+        image_data: Optional[Any] = None,
+        audio_data: Optional[Any] = None,
+        video_data: Optional[Any] = None,
+        mm_hashes: Optional[Union[List[str], List[List[str]]]] = None,
+        mm_content_hashes: Optional[Union[List[Optional[str]], List[List[Optional[str]]]]] = None,
+        return_logprob: Optional[Union[List[bool], bool]] = False,
+        logprob_start_len: Optional[Union[List[int], int]] = None,
+        top_logprobs_num: Optional[Union[List[int], int]] = None,
+        token_ids_logprob: Optional[Union[List[List[int]], List[int]]] = None,
+        lora_path: Optional[List[Optional[str]]] = None,
+        custom_logit_processor: Optional[Union[List[str], str]] = None,
+        require_reasoning: bool = False,
+        return_hidden_states: Any = False,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
+        stream: bool = False,
+        bootstrap_host: Optional[Union[List[str], str]] = None,
+        bootstrap_port: Optional[Union[List[int], int]] = None,
+        bootstrap_room: Optional[Union[List[int], int]] = None,
+        routed_dp_rank: Optional[int] = None,
+        disagg_prefill_dp_rank: Optional[int] = None,
+        kv_hints: Optional[Dict] = None,
+        data_parallel_rank: Optional[int] = None,
+        external_trace_header: Optional[Dict] = None,
+        rid: Optional[Union[List[str], str]] = None,
+        session_params: Optional[Dict] = None,
+        priority: Optional[int] = None,
+        session_id: Optional[str] = None,
+        *,
+        cache_salt: Optional[Union[List[str], str]] = None,
+    ) -> Union[Dict, Any]:
+        self.tokenizer_manager.auto_create_handle_loop()
+        if asyncio.get_running_loop() is not self.tokenizer_manager.event_loop:
+            raise RuntimeError("request handling is bound to another event loop (the real engine would hang)")
+        if prompt is not None:
+            raise ValueError("The engine initialized with skip_tokenizer_init=True cannot accept text prompts.")
+        if input_ids is None:
+            raise ValueError("Either text, input_ids or input_embeds should be provided.")
+        if not input_ids or not isinstance(input_ids[0], int):
+            raise AssertionError("the adapter must send one flat prompt per request")
+        sampling = dict(sampling_params or {})
+        for key in sampling:
+            if key not in SAMPLING_KEYS:
+                raise TypeError(f"Unexpected keyword argument '{key}'")
+        if sampling.get("stop"):
+            raise ValueError(f"stop={sampling['stop']!r} is unavailable when skip_tokenizer_init=True "
+                             "(requires tokenizer to decode tokens to text for matching).")
+        if rid in self._live_rids:
+            raise ValueError(f"Duplicate request ID detected: {rid}")
+        self._live_rids.add(rid)
+        self.calls.append({"input_ids": list(input_ids), "sampling_params": sampling, "rid": rid, "stream": stream})
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            reply = self.plan(list(input_ids), sampling)
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            for _ in range(10_000):  # bounded (~10 s): a wrong adapter fails the test instead of hanging it
+                if reply.wait_until is None or reply.wait_until():
+                    break
+                await asyncio.sleep(0.001)
+            if reply.error is not None:
+                raise reply.error
+            result = dict(reply.result)
+            result["meta_info"] = {**result["meta_info"], "id": rid}
+            return result
+        finally:
+            self.running -= 1
+            self._live_rids.discard(rid)
+
+    def shutdown(self):
+        """As the real one ends: kill every descendant of the calling process."""
+        kill_process_tree(os.getpid(), include_parent=False, wait_timeout=60)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        self.shutdown()
+        return False

@@ -1,0 +1,99 @@
+"""SGLang 0.5.23 result dicts and errors, shaped as its source writes them (SGLANG_CONTRACT.md §3-§5).
+
+Shared by the fake `sglang.Engine` and the loopback `/generate` server, so both stand-ins return
+exactly one shape. With `skip_tokenizer_init=True` there is no `"text"` (except in a queued abort).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def finished(rid: str, prompt_len: int, output_ids: list[int], finish_reason: dict[str, Any],
+             cached_tokens: int = 0, text: str | None = None) -> dict[str, Any]:
+    """A finished request: meta_info keys in the order SGLang fills them."""
+    result: dict[str, Any] = {} if text is None else {"text": text}
+    result["output_ids"] = list(output_ids)
+    result["meta_info"] = {
+        "id": rid,
+        "finish_reason": finish_reason,
+        "prompt_tokens": prompt_len,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "completion_tokens": len(output_ids),
+        "cached_tokens": cached_tokens,
+        "weight_versions": [{"version": "default", "start": 0, "end": len(output_ids)}],
+        "cached_tokens_details": None,
+        "dp_rank": None,
+        "e2e_latency": 0.01,
+        "response_sent_to_client_ts": time.time(),
+    }
+    return result
+
+
+def stop_reason(matched: int) -> dict[str, Any]:
+    return {"type": "stop", "matched": matched}
+
+
+def length_reason(max_new_tokens: int) -> dict[str, Any]:
+    return {"type": "length", "length": max_new_tokens}
+
+
+def queued_abort(rid: str) -> dict[str, Any]:
+    """A request aborted while still queued: returned, not raised; meta_info is short, text present."""
+    return {
+        "text": "",
+        "output_ids": [],
+        "meta_info": {
+            "id": rid,
+            "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+            "weight_version": "default",
+            "weight_versions": [],
+            "e2e_latency": 0.0,
+            "completion_tokens": 0,
+            "response_sent_to_client_ts": time.time(),
+        },
+    }
+
+
+def context_too_long(prompt_len: int, context_len: int) -> str:
+    """The ValueError message (HTTP 400) for a prompt at or over the context length."""
+    return f"The input ({prompt_len} tokens) is longer than the model's context length ({context_len} tokens)."
+
+
+def error_400(message: str) -> dict[str, Any]:
+    """Body of a 400 for a ValueError raised while serving /generate."""
+    return {"error": {"message": message}}
+
+
+def error_5xx(status: int, message: str) -> dict[str, Any]:
+    """Body of a 5xx abort (e.g. 503 "The request queue is full.")."""
+    return {"object": "error", "message": message, "type": str(status), "param": None, "code": status}
+
+
+SAMPLING_KEYS = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "beam_width",
+    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
+    "custom_params", "watermark",
+)
+
+
+def sampling_error(sampling: dict[str, Any]) -> str | None:
+    """What SGLang rejects in `sampling_params` (400), or None: unknown keys, out-of-range values."""
+    for key in sampling:
+        if key not in SAMPLING_KEYS:
+            return f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}"
+    top_p = sampling.get("top_p", 1.0)
+    if not 0.0 < top_p <= 1.0:
+        return f"top_p must be in (0, 1], got {top_p}."
+    temperature = sampling.get("temperature", 1.0)
+    if temperature < 0:
+        return f"temperature must be a non-negative finite number, got {temperature}."
+    top_k = sampling.get("top_k", -1)
+    if top_k < 1 and top_k != -1:
+        return f"top_k must be -1 (disable) or at least 1, got {top_k}."
+    return None

@@ -1,0 +1,413 @@
+"""A loopback HTTP server speaking SGLang 0.5.23's native `/generate`, with fault injection.
+
+It stands in for `python -m sglang.launch_server --skip-tokenizer-init` (or a router), which
+needs a GPU. The HTTP surface follows SGLANG_CONTRACT.md §5: `POST /generate` with `input_ids`
+(one prompt, or a list of prompts = a batch that returns when all are done), `sampling_params`
+(unknown keys and bad values -> 400), `rid`; results shaped as in sglang_results.py;
+`GET /health`, `/get_model_info`, `/model_info`.
+
+What generates (a backend):
+- `TinyModelBackend`: the tiny fixture model through transformers, one request at a time;
+- `DeterministicBackend`: ids that depend only on the prompt (fast, for fault and load tests);
+- `ContinuousBatchingModel`: a *model* of an engine's scheduler, for benchmarks: N slots, each
+  request holds one for (output tokens x per-token time); lengths long-tailed. Not a real engine.
+
+Faults (`Fault`), chosen per prompt (a digest of its ids) and attempt, so a retried request can
+succeed: an HTTP status (500, 503, ...), a connection dropped before any response, a body cut off
+mid-way, a slow response. Loopback only; every request is counted.
+
+Run in a thread (`ServerThread`, for tests) or as a process (`python -m tests.support.sglang_server`,
+for benchmarks: prints its URL, serves until killed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from . import sglang_results as R
+
+HOST = "127.0.0.1"
+
+
+def prompt_digest(input_ids: list[int]) -> int:
+    """A stable 64-bit digest of a prompt's ids: faults and lengths follow the prompt, not arrival order."""
+    raw = hashlib.blake2b(json.dumps(input_ids).encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "big")
+
+
+@dataclass
+class Output:
+    output_ids: list[int]
+    finish_reason: dict[str, Any]
+
+
+class Backend(Protocol):
+    async def generate(self, input_ids: list[int], sampling: dict[str, Any]) -> Output: ...
+
+
+def finish(output_ids: list[int], stop_ids: set[int], max_new_tokens: int) -> Output:
+    """Cut after the first stop id (kept), or at max_new_tokens, as SGLang finishes a request."""
+    for i, token in enumerate(output_ids[:max_new_tokens]):
+        if token in stop_ids:
+            return Output(output_ids[: i + 1], R.stop_reason(token))
+    return Output(output_ids[:max_new_tokens], R.length_reason(max_new_tokens))
+
+
+@dataclass
+class DeterministicBackend:
+    """Output ids that depend only on the prompt: `length_of(prompt)` ids, then the first stop id."""
+
+    body_vocab: tuple[int, int] = (1000, 2000)  # ids drawn from this range, clear of marker ids
+    min_len: int = 3
+    max_len: int = 40
+
+    def length_of(self, input_ids: list[int]) -> int:
+        return self.min_len + prompt_digest(input_ids) % (self.max_len - self.min_len + 1)
+
+    def expected(self, input_ids: list[int], stop_ids: list[int], max_new_tokens: int) -> Output:
+        digest = prompt_digest(input_ids)
+        low, high = self.body_vocab
+        body = [low + (digest >> (i % 48)) % (high - low) for i in range(self.length_of(input_ids))]
+        return finish(body + [stop_ids[0]], set(stop_ids), max_new_tokens)
+
+    async def generate(self, input_ids: list[int], sampling: dict[str, Any]) -> Output:
+        return self.expected(input_ids, list(sampling["stop_token_ids"]), sampling["max_new_tokens"])
+
+
+class TinyModelBackend:
+    """The tiny fixture model via eagle3_synth's transformers engine, one request at a time."""
+
+    def __init__(self, model_path: str):
+        from eagle3_synth.engines import EngineOptions, create_engine
+
+        self.engine = create_engine("transformers", EngineOptions(model=model_path, batch_size=1))
+        self._lock = threading.Lock()
+
+    def _generate(self, input_ids: list[int], sampling: dict[str, Any]) -> Output:
+        from eagle3_synth.engines import GenerationRequest, SamplingParams
+
+        params = SamplingParams(
+            max_new_tokens=sampling["max_new_tokens"],
+            temperature=sampling.get("temperature", 1.0),
+            stop_token_ids=tuple(sampling["stop_token_ids"]),
+            top_p=sampling.get("top_p", 1.0),
+            top_k=sampling.get("top_k", -1),
+            seed=sampling.get("sampling_seed"),
+        )
+        with self._lock:
+            (result,) = self.engine.generate([GenerationRequest(0, input_ids)], params)
+        if result.finish_reason == "stop":
+            return Output(result.output_ids, R.stop_reason(result.output_ids[-1]))
+        return Output(result.output_ids, R.length_reason(params.max_new_tokens))
+
+    async def generate(self, input_ids: list[int], sampling: dict[str, Any]) -> Output:
+        return await asyncio.get_running_loop().run_in_executor(None, self._generate, input_ids, sampling)
+
+
+@dataclass
+class ContinuousBatchingModel:
+    """A model of a continuous-batching engine (not a real one), for the scheduling benchmark.
+
+    `slots` requests run at once; each holds its slot for (output tokens x `per_token_s`), with a
+    constant per-token time whatever the batch size; the rest wait in FIFO order. Output lengths
+    are long-tailed, fixed per prompt: log-normal with the given median and sigma, capped at
+    max_new_tokens (so a few percent sit exactly at the cap).
+    """
+
+    slots: int = 256
+    per_token_s: float = 0.001
+    median_tokens: float = 500.0
+    sigma: float = 1.2
+    events: list[tuple[float, int]] = field(default_factory=list)  # (time, +1 admitted / -1 finished)
+    _semaphore: asyncio.Semaphore | None = None
+
+    def length_of(self, input_ids: list[int], cap: int) -> int:
+        u = (prompt_digest(input_ids) + 0.5) / 2**64
+        z = statistics.NormalDist().inv_cdf(u)
+        return max(1, min(cap, round(self.median_tokens * math.exp(self.sigma * z))))
+
+    async def generate(self, input_ids: list[int], sampling: dict[str, Any]) -> Output:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.slots)
+        cap = sampling["max_new_tokens"]
+        length = self.length_of(input_ids, cap)
+        async with self._semaphore:
+            self.events.append((time.monotonic(), +1))
+            await asyncio.sleep(length * self.per_token_s)
+            self.events.append((time.monotonic(), -1))
+        ids = [1000 + (i % 1000) for i in range(length)]
+        stop = sampling["stop_token_ids"][0]
+        if length < cap:
+            ids[-1] = stop
+        return finish(ids, {stop}, cap)
+
+    def stats(self) -> dict[str, float]:
+        """Idle fraction of the slots, over the whole run and up to the last admission (before drain)."""
+        if not self.events:
+            return {}
+        events = sorted(self.events)
+        start, end = events[0][0], events[-1][0]
+        last_admit = max(t for t, kind in events if kind > 0)
+        busy = busy_before_drain = 0.0
+        running, previous = 0, start
+        for t, kind in events:
+            busy += running * (t - previous)
+            if t <= last_admit:
+                busy_before_drain += running * (t - previous)
+            running += kind
+            previous = t
+        span, before = end - start, last_admit - start
+        return {
+            "wall_s": span,
+            "idle_fraction": 1 - busy / (self.slots * span) if span else 0.0,
+            "idle_before_drain": 1 - busy_before_drain / (self.slots * before) if before else 0.0,
+            "drain_s": end - last_admit,
+            "requests": sum(1 for _, kind in events if kind > 0),
+        }
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Applied to prompts with digest % every == offset, on their first `attempts` attempts."""
+
+    kind: str  # "status" | "drop" | "truncate" | "slow"
+    every: int
+    offset: int = 0
+    attempts: int = 1
+    status: int = 500
+    delay_s: float = 0.0
+
+    def applies(self, digest: int, attempt: int) -> bool:
+        return digest % self.every == self.offset and attempt < self.attempts
+
+
+class SGLangLoopbackServer:
+    """The aiohttp application: SGLang's request parsing, result shapes and errors, plus faults."""
+
+    def __init__(self, backend: Backend, faults: tuple[Fault, ...] = (), context_length: int | None = None,
+                 model_path: str = "loopback-model", cache: bool = True):
+        self.backend = backend
+        self.faults = faults
+        self.context_length = context_length
+        self.model_path = model_path
+        self.cache = cache
+        self.attempts: Counter[int] = Counter()  # prompt digest -> requests seen
+        self.outcomes: Counter[str] = Counter()  # "ok", "400", "fault:drop", ...
+        self.rids: list[str] = []
+        self.running = 0  # requests being answered now
+        self.max_running = 0
+        self._seen_prompts: list[list[int]] = []
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post("/generate", self.handle_generate)
+        app.router.add_get("/health", self.handle_health)
+        app.router.add_get("/get_model_info", self.handle_model_info)
+        app.router.add_get("/model_info", self.handle_model_info)
+        return app
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def handle_model_info(self, request: web.Request) -> web.Response:
+        return web.json_response({"model_path": self.model_path, "tokenizer_path": None, "is_generation": True,
+                                  "weight_version": "default"})
+
+    def _cached_tokens(self, input_ids: list[int]) -> int:
+        """Longest prefix shared with an earlier prompt (a small stand-in for the radix cache)."""
+        if not self.cache:
+            return 0
+        best = 0
+        for seen in self._seen_prompts[-256:]:
+            n = 0
+            for a, b in zip(seen, input_ids):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        self._seen_prompts.append(input_ids)
+        return min(best, len(input_ids) - 1)
+
+    async def _one(self, input_ids: Any, sampling: dict[str, Any], rid: str) -> tuple[int, dict[str, Any]]:
+        if not isinstance(input_ids, list) or not input_ids or not all(isinstance(i, int) for i in input_ids):
+            return 400, R.error_400("input_ids should be a list of lists of ints, or a list of ints")
+        if self.context_length is not None and len(input_ids) >= self.context_length:
+            return 400, R.error_400(R.context_too_long(len(input_ids), self.context_length))
+        cached = self._cached_tokens(input_ids)
+        out = await self.backend.generate(input_ids, sampling)
+        return 200, R.finished(rid, len(input_ids), out.output_ids, out.finish_reason, cached_tokens=cached)
+
+    async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = json.loads(await request.read())
+        except ValueError as exc:
+            return self._respond(400, {"object": "error", "message": f"Invalid JSON: {exc}", "type": "Bad Request",
+                                       "param": None, "code": 400})
+        if "text" in body and "input_ids" not in body:
+            return self._respond(400, R.error_400("The engine initialized with skip_tokenizer_init=True cannot accept "
+                                                  "text prompts. Please provide input_ids or re-initialize the engine "
+                                                  "with skip_tokenizer_init=False."))
+        sampling = {"max_new_tokens": 128, "temperature": 1.0, **(body.get("sampling_params") or {})}
+        problem = R.sampling_error(sampling)
+        if problem is not None:
+            return self._respond(400, {"error": problem})
+        input_ids = body.get("input_ids")
+        rid = str(body.get("rid") or f"loopback-{len(self.rids)}")
+        self.rids.append(rid)
+        if isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list):  # a batch
+            results = await asyncio.gather(*(self._one(ids, sampling, f"{rid}_{i}") for i, ids in enumerate(input_ids)))
+            bad = next((r for r in results if r[0] != 200), None)
+            return self._respond(*bad) if bad else self._respond(200, [r[1] for r in results])
+
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            return await self._answer(request, input_ids, sampling, rid)
+        finally:
+            self.running -= 1
+
+    async def _answer(self, request: web.Request, input_ids: Any, sampling: dict[str, Any], rid: str) -> web.StreamResponse:
+        digest = prompt_digest(input_ids) if isinstance(input_ids, list) else 0
+        attempt = self.attempts[digest]
+        self.attempts[digest] += 1
+        fault = next((f for f in self.faults if f.applies(digest, attempt)), None)
+        if fault is not None:
+            self.outcomes[f"fault:{fault.kind}"] += 1
+            if fault.kind == "status":
+                return self._respond(fault.status, R.error_5xx(fault.status, "Internal server error"
+                                                               if fault.status == 500 else "The request queue is full."))
+            if fault.kind == "drop":
+                request.transport.close()
+                return web.Response(status=200)
+            if fault.kind == "slow":
+                await asyncio.sleep(fault.delay_s)
+        status, result = await self._one(input_ids, sampling, rid)
+        self.outcomes["ok" if status == 200 else str(status)] += 1
+        if fault is not None and fault.kind == "truncate":
+            payload = json.dumps(result).encode()
+            response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+            response.content_length = len(payload)
+            await response.prepare(request)
+            await response.write(payload[: len(payload) // 2])
+            request.transport.close()
+            return response
+        return self._respond(status, result)
+
+    @staticmethod
+    def _respond(status: int, body: Any) -> web.Response:
+        return web.Response(status=status, body=json.dumps(body), content_type="application/json")
+
+
+class ServerThread:
+    """Serves an `SGLangLoopbackServer` on 127.0.0.1 (a free port) from a background thread."""
+
+    def __init__(self, server: SGLangLoopbackServer, port: int = 0):
+        self.server = server
+        self.port = port
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sglang-loopback", daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._runner = web.AppRunner(self.server.app(), access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, HOST, self.port)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.close()
+
+    def __enter__(self) -> "ServerThread":
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("loopback SGLang server did not start within 30s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+
+
+@contextmanager
+def server_process(*args: str) -> Iterator[str]:
+    """Run `python -m tests.support.sglang_server ARGS` (its own process, so its own core); yield its URL."""
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, "-m", "tests.support.sglang_server", *args], cwd=root,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        url = process.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"loopback server did not start (printed {url!r})")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="loopback SGLang /generate server for benchmarks")
+    parser.add_argument("--backend", choices=["instant", "batching"], default="instant")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--slots", type=int, default=256)
+    parser.add_argument("--per-token-ms", type=float, default=1.0)
+    parser.add_argument("--median-tokens", type=float, default=500.0)
+    parser.add_argument("--sigma", type=float, default=1.2)
+    args = parser.parse_args()
+    if args.backend == "instant":
+        backend: Any = DeterministicBackend(min_len=8, max_len=8)
+    else:
+        backend = ContinuousBatchingModel(slots=args.slots, per_token_s=args.per_token_ms / 1000,
+                                          median_tokens=args.median_tokens, sigma=args.sigma)
+    server = SGLangLoopbackServer(backend, cache=False)
+    app = server.app()
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response(backend.stats() if hasattr(backend, "stats") else {})
+
+    async def reset(request: web.Request) -> web.Response:
+        if hasattr(backend, "events"):
+            backend.events.clear()
+        return web.Response(status=200)
+
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/reset", reset)
+
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, HOST, args.port)
+        await site.start()
+        print(f"http://{HOST}:{site._server.sockets[0].getsockname()[1]}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
