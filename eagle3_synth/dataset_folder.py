@@ -16,7 +16,8 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +333,19 @@ def write_readme(folder: Path, num_rows: Mapping[str, int] | None = None) -> Pat
     return path
 
 
+@contextmanager
+def _datasets_progress_bars_off() -> Iterator[None]:
+    from datasets.utils import logging as datasets_logging
+
+    was_enabled = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets_logging.enable_progress_bar()
+
+
 def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
     """Write a config's rows from its run directory (any fsspec URL) into the folder; return (rows, files).
 
@@ -350,7 +364,8 @@ def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int,
         try:
             builder = Eagle3Synth(config_name=config, run_dir=run.url, cache_dir=str(staging / "cache"))
             output_dir = str(staging / "out")
-            builder.download_and_prepare(output_dir=output_dir, file_format="parquet")
+            with _datasets_progress_bars_off():  # a 100k-row tqdm bar is one huge line in batch logs
+                builder.download_and_prepare(output_dir=output_dir, file_format="parquet")
             sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
             num_rows = builder.info.splits["train"].num_examples
             files = install_parquet_files(sources, folder, config)

@@ -24,6 +24,7 @@ from .chat import ChatTokenizer, load_tokenizer
 from .prompt_prep import PromptSelection, prepare_prompts, prompt_source_identity
 from .configs import ConfigSpec
 from .engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
+from .engines.base import check_sampling
 from .errors import ConfigError, EngineError
 from .journal import JournalIndex, RunDirectory, Shard, kill_point
 from .profiles import MarkerIds, get_profile, resolve_markers
@@ -64,12 +65,7 @@ class GenerateOptions:
         # Checked here, before any prompt is prepared, so a typo fails in a second, not after hours.
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"--limit must be >= 1, got {self.limit}")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        check_sampling(self.max_new_tokens, self.temperature, self.top_p)
 
 
 def file_digest(path: Path) -> str:
@@ -184,6 +180,29 @@ def _requests(
         yield GenerationRequest(prompt.sample_id, prompt.prompt_ids)
 
 
+def _absolute(path: str | None) -> str | None:
+    """Local paths are recorded absolute so that tools run from elsewhere find the tokenizer."""
+    if path is None or "://" in path or not Path(path).exists():
+        return path
+    return str(Path(path).resolve())
+
+
+def library_versions(engine: str) -> dict[str, str]:
+    """Versions of what produced the ids, for the dataset card (engine packages only if used)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ["transformers", "tokenizers", "torch", "datasets"]
+    if engine.startswith("sglang"):
+        names.append("sglang")
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
 def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     """Journal a result for every prompt of the shard that has none yet (or only errors, with
     `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
@@ -198,9 +217,12 @@ def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None)
         meta={
             "markers": asdict(markers),
             "engine": options.engine,
-            "model": options.engine_options.model,
-            "tokenizer": options.tokenizer_path,
+            "model": _absolute(options.engine_options.model),
+            "tokenizer": _absolute(options.tokenizer_path),
+            "trust_remote_code": options.trust_remote_code,
+            "template_kwargs": {**options.config.template_kwargs, **options.template_kwargs},
             "eagle3_synth_version": __version__,
+            "versions": library_versions(options.engine),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )

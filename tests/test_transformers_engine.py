@@ -41,7 +41,10 @@ def requests_for(tokenizer) -> list[GenerationRequest]:
 
 
 def stop_ids(tokenizer) -> tuple[int, ...]:
-    return tuple(tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "[EOS]"))
+    """The kimi_k2 profile's stop ids, as the build command uses them."""
+    from eagle3_synth.profiles import PROFILES, resolve_markers
+
+    return resolve_markers(PROFILES["kimi_k2"], tokenizer).stop_ids
 
 
 def test_cut_after_stop_keeps_the_stop_and_drops_what_follows():
@@ -96,3 +99,35 @@ def test_sampled_outputs_equal_a_direct_generate_call(tiny):
         assert result.output_ids == generated[: len(result.output_ids)]
         # Everything after the stored ids is padding added after the stop, never stored.
         assert all(t == pad for t in generated[len(result.output_ids):])
+
+
+def test_build_with_the_tiny_model_stores_what_the_model_generated(tiny, tmp_path):
+    """CLI end to end with the transformers engine: the dataset's ids are the model's, exactly."""
+    import json
+
+    from datasets import load_dataset
+
+    from eagle3_synth.cli import main
+    from eagle3_synth.configs import sample_prompts_path
+
+    tokenizer, model = tiny
+    out = tmp_path / "ds"
+    assert main(["build", "B1_glaive", "--model", str(TINY_MODEL), "--limit", "3", "--max-new-tokens", "64",
+                 "--temperature", "0", "--batch-size", "2", "--out", str(out)]) == 0
+    ds = load_dataset(str(out), "B1_glaive", split="train")
+    assert ds["sample_id"] == [0, 1, 2]
+    chat = ChatTokenizer(tokenizer)
+    stops = list(stop_ids(tokenizer))
+    with open(sample_prompts_path("B1_glaive"), encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle][:3]
+    for row, record in zip(ds, records):
+        prompt_ids = chat.prompt_ids(Conversation(messages=record["messages"], tools=record.get("tools")))
+        assert row["prompt_ids"] == prompt_ids
+        with torch.no_grad():
+            alone = model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                                   max_new_tokens=64, do_sample=False, eos_token_id=stops,
+                                   pad_token_id=tokenizer.pad_token_id)
+        expected, reason = cut_after_stop(alone[0, len(prompt_ids):].tolist(), tuple(stops), 64)
+        assert row["output_ids"] == expected and row["finish_reason"] == reason
+        if reason == "stop":
+            assert row["stop_index"] == len(expected) - 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from ..pipeline import GenerateOptions
 from ..profiles import PROFILES
 from ..prompt_prep import PromptSelection, model_context_length
 from ..progress import RunSummary
+
+log = logging.getLogger(__name__)
 
 
 def parse_key_value(text: str, option: str) -> tuple[str, Any]:
@@ -62,10 +65,10 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     prompts.add_argument("--strict", action="store_true", help="stop at the first rejected prompt instead of skipping it")
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--max-new-tokens", type=int, help="cap on output tokens (default: the config's, 10240)")
-    sampling.add_argument("--temperature", type=float, default=0.6)
-    sampling.add_argument("--top-p", type=float, default=1.0)
-    sampling.add_argument("--top-k", type=int, default=-1)
-    sampling.add_argument("--seed", type=int, default=0)
+    sampling.add_argument("--temperature", type=float, default=0.6, help="0 = greedy (default: 0.6)")
+    sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling cut (default: 1.0, off)")
+    sampling.add_argument("--top-k", type=int, default=-1, help="top-k cut (default: -1, off)")
+    sampling.add_argument("--seed", type=int, default=0, help="sampling seed, per sample where the engine allows (default: 0)")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
     engine.add_argument("--replay", help="JSONL of recorded results for --engine replay")
@@ -137,6 +140,10 @@ def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
         raise ConfigError("give --model (or --tokenizer) so prompts can be templated")
     selection = prompt_selection(args)
     prompts_file = None if selection.reads_source else args.prompts or sample_prompts_path(config.name)
+    if not selection.reads_source and not args.prompts:
+        # Loud on purpose: forgetting --from-source on a GPU node would otherwise look like success.
+        log.warning("%s: no --from-source, --source-file or --prompts given: using the config's few bundled "
+                    "sample prompts (%s), which is a demo, not a real run", config.name, prompts_file)
     if prompts_file is not None and not Path(prompts_file).is_file():
         raise ConfigError(f"--prompts {prompts_file}: no such file")
     engine_args = dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg)

@@ -13,6 +13,16 @@ from typing import Any, Protocol
 from ..errors import ConfigError
 
 
+def check_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """The one place sampling values are checked, named by the options a user types."""
+    if max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ConfigError(f"--temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ConfigError(f"--top-p must be in (0, 1], got {top_p}")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Sampling parameters, always passed to engines explicitly (SGLang's defaults bite)."""
@@ -25,12 +35,7 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        check_sampling(self.max_new_tokens, self.temperature, self.top_p)
         if not self.stop_token_ids:
             raise ConfigError("at least one stop token id is required")
 
