@@ -18,7 +18,7 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 clean:
 	rm -rf $(VENV) demo_out

@@ -55,22 +55,20 @@ def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> boo
 
 def find_tool_calls(output_ids: Sequence[int], markers: MarkerIds) -> tuple[ToolCallSpan, ...]:
     """Pair each call-begin with the next call-end; a begin with no end was cut off (`end=-1`)."""
+    begin, end = markers.tool_call_begin, markers.tool_call_end
     spans: list[ToolCallSpan] = []
-    first = _index(output_ids, markers.tool_call_begin)
-    if first < 0:  # the common case, decided without a Python loop over the ids
-        return ()
-    open_at = -1
-    for i in range(first, len(output_ids)):
-        token = output_ids[i]
-        if token == markers.tool_call_begin:
-            if open_at >= 0:  # a new call began before the previous one ended
-                spans.append(ToolCallSpan(open_at, -1))
-            open_at = i
-        elif token == markers.tool_call_end and open_at >= 0:
-            spans.append(ToolCallSpan(open_at, i))
-            open_at = -1
-    if open_at >= 0:
-        spans.append(ToolCallSpan(open_at, -1))
+    open_at = _index(output_ids, begin)
+    # One step per call, not per token: from an open call, the next begin and the first end before
+    # it are found with list.index (in C). Ends while no call is open are ignored.
+    while open_at >= 0:
+        next_begin = _index(output_ids, begin, open_at + 1)
+        stop = next_begin if next_begin >= 0 else len(output_ids)
+        try:
+            closed_at = output_ids.index(end, open_at + 1, stop)
+        except ValueError:
+            closed_at = -1  # cut off, or a new call began before this one ended
+        spans.append(ToolCallSpan(open_at, closed_at))
+        open_at = next_begin
     return tuple(spans)
 
 

@@ -39,12 +39,14 @@ from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import IO, Any
 
 import fsspec
 import numpy as np
+import orjson
 
 from .engines.base import GenerationResult
 from .errors import ConfigError
@@ -143,7 +145,11 @@ class Shard:
 
 
 def encode_result(result: GenerationResult) -> bytes:
-    """One journal line; `sample_id` and `finish_reason` first, `output_ids` last (see the index)."""
+    """One journal line; `sample_id` and `finish_reason` first, `output_ids` last (see the index).
+
+    orjson writes the same bytes as `json.dumps(record, ensure_ascii=False, separators=(",", ":"))`
+    for these types (ints, strings, null), about ten times faster: thousands of ids a line.
+    """
     record = {
         "sample_id": result.sample_id,
         "finish_reason": result.finish_reason,
@@ -153,7 +159,7 @@ def encode_result(result: GenerationResult) -> bytes:
         "error": result.error,
         "output_ids": result.output_ids,
     }
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def new_session_id() -> str:
@@ -274,7 +280,9 @@ class JournalIndex:
         return np.where(self.sample_ids[where] == sample_ids, where, -1)
 
     def position(self, sample_id: int) -> int:
-        return int(self.positions(np.array([sample_id], dtype=np.int64))[0])
+        """`positions` of one id, without building arrays (called once or twice per sample)."""
+        where = int(self.sample_ids.searchsorted(sample_id))
+        return where if where < len(self.sample_ids) and self.sample_ids[where] == sample_id else -1
 
     def finish_reasons(self) -> Counter:
         counts = np.bincount(self.reasons, minlength=len(FINISH_REASONS))
@@ -301,8 +309,8 @@ class JournalIndex:
             handle.seek(int(self.offsets[position]))
             line = handle.readline()
             try:
-                return json.loads(line)
-            except json.JSONDecodeError as exc:
+                return orjson.loads(line)  # ~3x json.loads on a line of thousands of ids
+            except orjson.JSONDecodeError as exc:
                 raise ConfigError(
                     f"{self.files[file_index]} at byte {int(self.offsets[position])}: journal line is not "
                     f"valid JSON ({exc.msg}); was the file edited? Move it away to generate those samples again"
@@ -387,6 +395,14 @@ def _choose(ids: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, int]:
 
 # -- the run directory ----------------------------------------------------------------------------
 
+_PROMPT_FIELDS = tuple(field.name for field in dataclass_fields(PreparedPrompt))
+
+
+def _prompt_record(prompt: PreparedPrompt) -> dict[str, Any]:
+    """`asdict(prompt)` without the deep copy (same keys, same order, same values)."""
+    return {name: getattr(prompt, name) for name in _PROMPT_FIELDS}
+
+
 
 class RunDirectory:
     """A run directory at any fsspec URL (local path by default)."""
@@ -470,7 +486,8 @@ class RunDirectory:
         def lines(items: Iterable[Any]) -> Callable[[IO[bytes]], None]:
             def write(handle: IO[bytes]) -> None:
                 for item in items:
-                    record = asdict(item) if isinstance(item, PreparedPrompt) else item
+                    # A shallow dict: `asdict` would deep-copy every message and id list first.
+                    record = _prompt_record(item) if isinstance(item, PreparedPrompt) else item
                     handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
 
             return write

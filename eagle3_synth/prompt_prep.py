@@ -29,6 +29,12 @@ Hygiene (each reject is counted by reason, logged, and written to `rejects.jsonl
 
 Selecting from a source reads it once (twice in the rare case that many of the first candidates
 are rejected), holding only about 2 x cap converted conversations, never the whole source.
+
+Speed: conversations are templated in chunks (rendered one by one, encoded in one batched call,
+see `chat.ChatTokenizer.prompt_ids_batch`), and for large prompt lists by a pool of worker
+processes. Reading, conversion and every hygiene decision stay in this process, in prompt-list
+order, and never more candidates are taken than could still be kept, so the prompt list, the
+rejects and the sample ids are the same with any number of workers.
 """
 
 from __future__ import annotations
@@ -38,15 +44,19 @@ import heapq
 import itertools
 import json
 import logging
+import multiprocessing
+import os
 import re
 from array import array
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .chat import ChatTokenizer
+from .chat import ChatTokenizer, load_tokenizer
 from .conversation import Conversation, check_messages, read_prompts_jsonl
 from .errors import ConfigError, PromptError
 from .records import PreparedPrompt
@@ -63,6 +73,12 @@ REJECT_REASONS = ("unparseable", "control_token", "template_error", "too_long", 
 HYGIENE_VERSION = 1
 # Rejects logged one by one; the rest are counted in the summary line and listed in rejects.jsonl.
 LOGGED_REJECTS = 20
+# Conversations templated per batch: amortises the tokenizer call and a worker round trip.
+CHUNK = 64
+# `workers=None` moves to a pool only after this many prompts (a worker's start-up, importing
+# transformers and loading the tokenizer, costs seconds), with one worker per core up to the maximum.
+POOL_MIN_PROMPTS = 4096
+MAX_AUTO_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,11 @@ class PromptSelection:
     scan_limit: int | None = None
     # The model's context length; prompts longer than it minus max_new_tokens are skipped.
     context_length: int | None = None
+    # Processes that template prompts: 1 = this process only; N = a pool of N workers; None = this
+    # process for the first POOL_MIN_PROMPTS prompts, then one worker per core (up to
+    # MAX_AUTO_WORKERS). It never changes the prompt list (see the module doc), so it is not part of
+    # the run's fingerprint.
+    workers: int | None = None
 
     @property
     def reads_source(self) -> bool:
@@ -276,7 +297,8 @@ def rendered_texts(conversation: Conversation) -> Iterator[tuple[str, str]]:
 
 
 class PromptChecks:
-    """Templates one conversation and applies the hygiene rules; raises `Reject`."""
+    """The hygiene rules, split around templating: `precheck` before (unparseable, control tokens),
+    `accept` after (template error, too long, duplicate). Each raises `Reject`."""
 
     def __init__(self, chat: ChatTokenizer, max_prompt_tokens: int | None):
         self.chat = chat
@@ -285,7 +307,7 @@ class PromptChecks:
         self.control = re.compile("|".join(map(re.escape, tokens))) if tokens else None
         self.seen: dict[bytes, int] = {}
 
-    def prepare(self, candidate: Candidate) -> PreparedPrompt:
+    def precheck(self, candidate: Candidate) -> Conversation:
         if isinstance(candidate.item, PromptError):
             raise Reject("unparseable", str(candidate.item))
         conversation = candidate.item
@@ -295,10 +317,11 @@ class PromptChecks:
                 if match:
                     raise Reject("control_token", f"{where} contains {match.group(0)!r}, which the tokenizer "
                                                   "reads as a control token")
-        try:
-            ids = self.chat.prompt_ids(conversation)
-        except PromptError as exc:
-            raise Reject("template_error", str(exc)) from None
+        return conversation
+
+    def accept(self, candidate: Candidate, conversation: Conversation, ids: list[int] | PromptError) -> PreparedPrompt:
+        if isinstance(ids, PromptError):
+            raise Reject("template_error", str(ids))
         if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
             raise Reject("too_long", f"{len(ids)} prompt tokens > {self.max_prompt_tokens} "
                                      "(the model's context minus max_new_tokens)")
@@ -310,6 +333,183 @@ class PromptChecks:
                               messages=conversation.messages, tools=conversation.tools)
 
 
+# -- templating: in this process or in a pool of workers ---------------------------------------------
+
+Result = Callable[[], list[list[int] | PromptError]]
+
+
+class LocalTemplater:
+    """Templates each chunk in this process, when asked for its result."""
+
+    workers = 1
+
+    def __init__(self, chat: ChatTokenizer):
+        self.chat = chat
+
+    def submit(self, conversations: list[Conversation]) -> Result:
+        return lambda: self.chat.prompt_ids_batch(conversations)
+
+    def close(self) -> None:
+        pass
+
+
+_worker_chat: ChatTokenizer | None = None
+
+
+def _start_worker(tokenizer_path: str, trust_remote_code: bool, template_kwargs: dict[str, Any]) -> None:
+    global _worker_chat
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
+    _worker_chat = ChatTokenizer(load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code), template_kwargs)
+
+
+def _template_in_worker(conversations: list[Conversation]) -> list[list[int] | PromptError]:
+    assert _worker_chat is not None, "worker started without its tokenizer"
+    return _worker_chat.prompt_ids_batch(conversations)
+
+
+class PoolTemplater:
+    """Templates chunks in worker processes (`spawn`: nothing of this process's state is shared).
+
+    Each worker loads the tokenizer from its path. The first result is compared with this process's
+    own templating, and should the workers disagree or die, templating falls back to this process,
+    with a warning: never a different id.
+    """
+
+    def __init__(self, chat: ChatTokenizer, workers: int, tokenizer_path: str, trust_remote_code: bool):
+        self.local = LocalTemplater(chat)
+        self.workers = workers
+        self.pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+            initargs=(tokenizer_path, trust_remote_code, chat.template_kwargs))
+        self.checked = False
+
+    def submit(self, conversations: list[Conversation]) -> Result:
+        if self.pool is None or not conversations:
+            return self.local.submit(conversations)
+        future = self.pool.submit(_template_in_worker, conversations)
+
+        def result() -> list[list[int] | PromptError]:
+            if self.pool is None:
+                return self.local.submit(conversations)()
+            try:
+                results = future.result()
+            except BrokenProcessPool as exc:
+                return self._fall_back(f"a worker process failed ({exc})", conversations)
+            if not self.checked and not isinstance(results[0], PromptError):
+                self.checked = True
+                if self.local.submit(conversations[:1])()[0] != results[0]:
+                    return self._fall_back("the workers' templating differs from this process's", conversations)
+            return results
+
+        return result
+
+    def _fall_back(self, why: str, conversations: list[Conversation]) -> list[list[int] | PromptError]:
+        log.warning("templating prompts in this process only: %s", why)
+        self.close()
+        return self.local.submit(conversations)()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+class AutoTemplater:
+    """In this process for small prompt lists; past `POOL_MIN_PROMPTS` conversations, moves on to
+    a pool of one worker per core (up to MAX_AUTO_WORKERS), where there is more than one core.
+
+    Deciding by what has been templated so far (not by the cap) keeps a small source or prompts
+    file, and the test suite, free of worker start-up."""
+
+    def __init__(self, chat: ChatTokenizer, cores: int, tokenizer_path: str, trust_remote_code: bool):
+        self.current: LocalTemplater | PoolTemplater = LocalTemplater(chat)
+        self.pool_args = (chat, min(cores, MAX_AUTO_WORKERS), tokenizer_path, trust_remote_code)
+        self.templated = 0 if cores > 1 else None  # None: one core, never a pool
+
+    @property
+    def workers(self) -> int:
+        return self.current.workers
+
+    def submit(self, conversations: list[Conversation]) -> Result:
+        if self.templated is not None:
+            self.templated += len(conversations)
+            if self.templated >= POOL_MIN_PROMPTS:
+                self.templated = None
+                log.info("templating prompts in %d worker processes", self.pool_args[1])
+                self.current = PoolTemplater(*self.pool_args)
+        return self.current.submit(conversations)
+
+    def close(self) -> None:
+        self.current.close()
+
+
+def _available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+Templater = LocalTemplater | PoolTemplater | AutoTemplater
+
+
+def make_templater(options: "GenerateOptions", chat: ChatTokenizer) -> Templater:
+    """Who templates, from `PromptSelection.workers` (see there)."""
+    workers = options.selection.workers
+    if workers is None:
+        return AutoTemplater(chat, _available_cores(), options.tokenizer_path, options.trust_remote_code)
+    if workers < 1:
+        raise ConfigError(f"prompt preparation workers must be >= 1, got {workers}")
+    if workers == 1:
+        return LocalTemplater(chat)
+    log.info("templating prompts in %d worker processes", workers)
+    return PoolTemplater(chat, workers, options.tokenizer_path, options.trust_remote_code)
+
+
+# -- the prompt list -----------------------------------------------------------------------------------
+
+Checked = list[tuple[Candidate, "Conversation | Reject"]]
+
+
+def _templated(
+    source: Iterator[Candidate], checks: PromptChecks, templater: Templater, cap: int | None,
+    kept: Callable[[], int],
+) -> Iterator[tuple[Candidate, Conversation | Reject, list[int] | PromptError | None]]:
+    """(candidate, conversation or reject, ids) in prompt-list order, templated ahead: one chunk at
+    a time in this process, four chunks per worker in a pool (enough to keep every worker busy).
+
+    Never more candidates are taken than could still be kept (`cap` minus those kept), so the
+    source is read exactly as far as a one-at-a-time loop would read it.
+    """
+    in_flight: deque[tuple[Checked, Result]] = deque()
+    ahead = 0
+    exhausted = False
+    while True:
+        while not exhausted:
+            window = CHUNK if templater.workers == 1 else CHUNK * 4 * templater.workers
+            room = window - ahead if cap is None else min(window - ahead, cap - kept() - ahead)
+            if room <= 0:
+                break
+            checked: Checked = []
+            for candidate in itertools.islice(source, min(CHUNK, room)):
+                try:
+                    checked.append((candidate, checks.precheck(candidate)))
+                except Reject as reject:
+                    checked.append((candidate, reject))
+            if not checked:
+                exhausted = True
+                break
+            in_flight.append((checked, templater.submit([c for _, c in checked if isinstance(c, Conversation)])))
+            ahead += len(checked)
+        if not in_flight:
+            return
+        checked, result = in_flight.popleft()
+        ahead -= len(checked)
+        ids = iter(result())
+        for candidate, item in checked:
+            yield candidate, item, next(ids) if isinstance(item, Conversation) else None
+
+
 def prepare_prompts(
     options: "GenerateOptions", chat: ChatTokenizer
 ) -> tuple[list[PreparedPrompt], list[dict[str, Any]]]:
@@ -318,20 +518,24 @@ def prepare_prompts(
     checks = PromptChecks(chat, max_prompt_tokens(options))
     prepared: list[PreparedPrompt] = []
     rejects: list[dict[str, Any]] = []
-    for candidate in candidates(options, cap):
-        if cap is not None and len(prepared) >= cap:
-            break
-        try:
-            prepared.append(checks.prepare(candidate))
-        except Reject as reject:
-            detail = str(reject)
-            message = detail if detail.startswith(candidate.where) else f"{candidate.where}: {detail}"
-            if options.strict:
-                raise PromptError(f"{message} (--strict stops at the first rejected prompt)") from None
-            if len(rejects) < LOGGED_REJECTS:
-                log.warning("skipping prompt (%s): %s", reject.reason, message)
-            rejects.append({"sample_id": candidate.sample_id, "source_id": candidate.source_id,
-                            "reason": reject.reason, "detail": message})
+    templater = make_templater(options, chat)
+    try:
+        for candidate, item, ids in _templated(candidates(options, cap), checks, templater, cap, prepared.__len__):
+            try:
+                if isinstance(item, Reject):
+                    raise item
+                prepared.append(checks.accept(candidate, item, ids))
+            except Reject as reject:
+                detail = str(reject)
+                message = detail if detail.startswith(candidate.where) else f"{candidate.where}: {detail}"
+                if options.strict:
+                    raise PromptError(f"{message} (--strict stops at the first rejected prompt)") from None
+                if len(rejects) < LOGGED_REJECTS:
+                    log.warning("skipping prompt (%s): %s", reject.reason, message)
+                rejects.append({"sample_id": candidate.sample_id, "source_id": candidate.source_id,
+                                "reason": reject.reason, "detail": message})
+    finally:
+        templater.close()
     log.info("%s", prompt_report(options.config.name, prepared, rejects, cap))
     if len(rejects) > LOGGED_REJECTS:
         log.warning("%d more rejected prompts are listed with their reasons in %s/rejects.jsonl",

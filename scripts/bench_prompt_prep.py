@@ -3,9 +3,11 @@
 Makes a synthetic source in a config's own format by repeating its fixture records
 (tests/fixtures/sources/<config>/) with a distinct suffix on every text field, so no two prompts are
 duplicates, then prepares `--cap` prompts from it exactly as `eagle3-synth build --source-file` does.
-Prints wall time per phase, records/s and the growth of peak RSS during preparation.
+Each `--workers` setting runs in a fresh process (its CPU time includes the worker processes); it
+prints, per config and in all, prompts kept, wall time, prompts/s and the main process's peak RSS.
 
     python scripts/bench_prompt_prep.py --config B1_glaive --records 200000 --cap 12000
+    python scripts/bench_prompt_prep.py --config B1_glaive --records 200000 --cap 88000 --workers 1 auto
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,42 +69,86 @@ def make_source(config: str, records: int, folder: Path) -> Path:
     return path
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def prepare_all(configs: list[str], sources: list[str], cap: int, tokenizer: str, workers: int | None, tmp: str) -> dict:
+    """Prepare `cap` prompts of each config from its source, as `build --source-file` does."""
+    started_all = time.perf_counter()
+    chat = ChatTokenizer(load_tokenizer(tokenizer))
+    load_seconds = time.perf_counter() - started_all
+    rows = []
+    for config, source in zip(configs, sources):
+        options = GenerateOptions(
+            config=get_config(config), tokenizer_path=tokenizer, prompts_file=None, run_dir=tmp,
+            engine="replay", engine_options=EngineOptions(), limit=cap,
+            selection=PromptSelection(source_files=(source,)))
+        started, cpu = time.perf_counter(), time.process_time()
+        prepared, rejects = prepare_prompts(options, chat)
+        rows.append({"config": config, "kept": len(prepared), "rejected": len(rejects),
+                     "tokens": sum(len(p.prompt_ids) for p in prepared),
+                     "seconds": time.perf_counter() - started, "main_cpu": time.process_time() - cpu})
+        del prepared, rejects
+    return {"configs": rows, "tokenizer_load": load_seconds, "seconds": time.perf_counter() - started_all,
+            "main_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def measure(args: argparse.Namespace, sources: list[str], workers: str, tmp: str) -> dict:
+    """`prepare_all` in a fresh process: CPU time includes the worker processes it waited for."""
+    command = [sys.executable, __file__, "--child", workers, "--tokenizer", args.tokenizer, "--cap", str(args.cap),
+               "--config", *args.config, "--sources", *sources]
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(process.pid, 0)
+        out.seek(0)
+        text = out.read().decode()
+    if status != 0:
+        raise SystemExit(f"preparation with --workers {workers} failed (status {status}): {text[-2000:]}")
+    result = json.loads(text.strip().splitlines()[-1])
+    return {**result, "cpu": usage.ru_utime + usage.ru_stime}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="B1_glaive")
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--cap", type=int, default=12_000)
+    parser.add_argument("--config", nargs="+", default=["B1_glaive"], help="one or more configs, prepared in turn")
+    parser.add_argument("--records", type=int, default=200_000, help="source records per config")
+    parser.add_argument("--cap", type=int, default=12_000, help="prompts kept per config")
+    parser.add_argument("--workers", nargs="+", default=["1"],
+                        help="templating processes to compare: a number, or auto (the default of the command line)")
     parser.add_argument("--tokenizer", default=str(ROOT / "tests" / "fixtures" / "tokenizers" / "kimi_k25"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--sources", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        with tempfile.TemporaryDirectory() as tmp:
+            workers = None if args.child == "auto" else int(args.child)
+            print(json.dumps(prepare_all(args.config, args.sources, args.cap, args.tokenizer, workers, tmp)))
+        return
 
+    print(f"# {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}; "
+          f"tokenizer {Path(args.tokenizer).name}")
     with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        source = make_source(args.config, args.records, Path(tmp))
-        size_mb = source.stat().st_size / 1e6
-        print(f"source: {args.records} records, {size_mb:.0f} MB ({source.suffix}) in {time.perf_counter() - started:.1f}s")
-
-        started = time.perf_counter()
-        read = sum(1 for _ in iter_source_files([str(source)]))
-        seconds = time.perf_counter() - started
-        print(f"read only: {read} records in {seconds:.1f}s ({read / seconds:,.0f} records/s, {size_mb / seconds:.0f} MB/s)")
-
-        chat = ChatTokenizer(load_tokenizer(args.tokenizer))
-        options = GenerateOptions(
-            config=get_config(args.config), tokenizer_path=args.tokenizer, prompts_file=None, run_dir=tmp,
-            engine="replay", engine_options=EngineOptions(), limit=args.cap,
-            selection=PromptSelection(source_files=(str(source),)))
-        before = peak_rss_mb()
-        started = time.perf_counter()
-        prepared, rejects = prepare_prompts(options, chat)
-        seconds = time.perf_counter() - started
-        tokens = sum(len(p.prompt_ids) for p in prepared)
-        print(f"prepare (read {args.records}, select, convert + template {len(prepared) + len(rejects)}): "
-              f"{seconds:.1f}s, {len(prepared)} prompts kept, {len(rejects)} rejected, {tokens:,} prompt tokens; "
-              f"{args.records / seconds:,.0f} source records/s; peak RSS {before:.0f} -> {peak_rss_mb():.0f} MB")
+        sources = []
+        for config in args.config:
+            started = time.perf_counter()
+            source = make_source(config, args.records, Path(tmp))
+            size_mb = source.stat().st_size / 1e6
+            started_read = time.perf_counter()
+            read = sum(1 for _ in iter_source_files([str(source)]))
+            seconds = time.perf_counter() - started_read
+            print(f"{config}: source of {args.records} records, {size_mb:.0f} MB ({source.suffix}), made in "
+                  f"{started_read - started:.1f}s; read only: {seconds:.1f}s ({read / seconds:,.0f} records/s)")
+            sources.append(str(source))
+        print("| workers | config | prompts kept | rejected | prompt tokens | wall s | prompts/s |")
+        print("|---|---|---|---|---|---|---|")
+        for workers in args.workers:
+            result = measure(args, sources, workers, tmp)
+            for row in result["configs"]:
+                print(f"| {workers} | {row['config']} | {row['kept']:,} | {row['rejected']:,} | {row['tokens']:,} "
+                      f"| {row['seconds']:.1f} | {row['kept'] / row['seconds']:,.0f} |")
+            kept = sum(row["kept"] for row in result["configs"])
+            prepare_seconds = sum(row["seconds"] for row in result["configs"])
+            print(f"| {workers} | **all: {kept:,} prompts** | | | | **{prepare_seconds:.1f}** "
+                  f"| **{kept / prepare_seconds:,.0f}** (CPU {result['cpu']:.1f} s incl. workers and "
+                  f"{result['tokenizer_load']:.1f} s tokenizer load; main peak RSS {result['main_peak_rss_mib']:.0f} MiB) |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ outputs. The file is indexed by byte offset, not loaded, so memory stays flat in
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator
+
+import orjson
 
 from ..errors import ConfigError
 from ..records import FINISH_REASONS
@@ -44,17 +45,24 @@ class ReplayEngine:
         self.offsets = index_replay_file(path)
         self._handle = open(path, "rb")
 
-    def _read(self, offset: int) -> dict:
+    def _read(self, offset: int) -> object:
         self._handle.seek(offset)
-        return json.loads(self._handle.readline())
+        return orjson.loads(self._handle.readline())  # ~3x json.loads on thousands of ids
 
     def _result(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
         offset = self.offsets.get(request.sample_id)
         if offset is None:
             return abort_result(request, f"replay file {self.path} has no record for sample_id {request.sample_id}")
-        record = self._read(offset)
+        try:
+            record = self._read(offset)
+        except orjson.JSONDecodeError as exc:
+            return abort_result(request, f"replay record for sample_id {request.sample_id} (byte {offset} of "
+                                         f"{self.path}) is not valid JSON: {exc}")
+        if not isinstance(record, dict):
+            return abort_result(request, f"replay record for sample_id {request.sample_id} is not a JSON object")
         output_ids = record.get("output_ids")
-        if not isinstance(output_ids, list) or not all(isinstance(i, int) for i in output_ids):
+        # Exactly ints (not bools, which json also reads as ints); the set is built in C.
+        if not isinstance(output_ids, list) or not set(map(type, output_ids)) <= {int}:
             return abort_result(request, f"replay record for sample_id {request.sample_id}: output_ids is not a list of ints")
         finish_reason = record.get("finish_reason")
         if finish_reason is None:
