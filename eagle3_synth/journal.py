@@ -424,10 +424,16 @@ class RunDirectory:
             return json.loads(handle.read())
 
     def _write_new(self, name: str, write: Callable[[IO[bytes]], None]) -> str:
-        """Write a uniquely named temporary file beside `name`; return its path (see `_install`)."""
+        """Write a uniquely named temporary file beside `name`; return its path (see `_install`).
+        Should `write` fail, the temporary file is removed."""
         tmp = self._path(f".{name}.{secrets.token_hex(4)}.tmp")
-        with self.fs.open(tmp, "wb") as handle:
-            write(handle)
+        try:
+            with self.fs.open(tmp, "wb") as handle:
+                write(handle)
+        except BaseException:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+            raise
         return tmp
 
     def _install(self, tmp: str, name: str) -> None:
@@ -478,6 +484,9 @@ class RunDirectory:
         """Publish the prepared prompts once: written aside, then moved in (rejects first, so a
         reader that sees prompts.jsonl sees its rejects too).
 
+        `prompts` is consumed before `rejects` is read, so both may be filled by one stream as it
+        goes (`prompt_prep.iter_prepared_prompts`): the prompt list is never held in memory.
+
         Shards starting together may all prepare; preparation is deterministic for a fingerprint,
         so their files are identical and whichever lands is right. One that finds the file already
         there drops its own copy rather than replace a file other nodes may be reading.
@@ -492,8 +501,12 @@ class RunDirectory:
 
             return write
 
-        rejects_tmp = self._write_new(REJECTS_FILE, lines(rejects))
         prompts_tmp = self._write_new(PROMPTS_FILE, lines(prompts))
+        try:
+            rejects_tmp = self._write_new(REJECTS_FILE, lines(rejects))
+        except BaseException:
+            self.fs.rm(prompts_tmp)
+            raise
         kill_point("prompts.written")
         if self.prompts_ready:
             self.fs.rm([rejects_tmp, prompts_tmp])

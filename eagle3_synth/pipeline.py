@@ -21,7 +21,7 @@ import numpy as np
 
 from . import __version__
 from .chat import ChatTokenizer, load_tokenizer
-from .prompt_prep import PromptSelection, prepare_prompts, prompt_source_identity
+from .prompt_prep import PromptSelection, iter_prepared_prompts, prompt_source_identity
 from .configs import ConfigSpec
 from .engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from .engines.base import check_sampling
@@ -229,8 +229,8 @@ def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None)
     kill_point("run.claimed")
     if not run.prompts_ready:
         chat = ChatTokenizer(tokenizer, {**options.config.template_kwargs, **options.template_kwargs})
-        prepared, rejects = prepare_prompts(options, chat)
-        run.write_prompts(prepared, rejects)
+        rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
+        run.write_prompts(iter_prepared_prompts(options, chat, rejects), rejects)
     kill_point("prompts.ready")
 
     summary = RunSummary(config=options.config.name, run_dir=options.run_dir, shard=str(options.shard))

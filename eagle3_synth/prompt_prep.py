@@ -49,7 +49,7 @@ import os
 import re
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -75,9 +75,11 @@ HYGIENE_VERSION = 1
 LOGGED_REJECTS = 20
 # Conversations templated per batch: amortises the tokenizer call and a worker round trip.
 CHUNK = 64
-# `workers=None` moves to a pool only after this many prompts (a worker's start-up, importing
-# transformers and loading the tokenizer, costs seconds), with one worker per core up to the maximum.
-POOL_MIN_PROMPTS = 4096
+# `workers=None` moves to a pool of one worker per core (up to the maximum) only after this many
+# prompts: a worker's start-up (importing transformers, loading the tokenizer) costs seconds, which
+# on 2 cores made a pool slower than this process alone for 11,000 prompts and 1.5x faster for
+# 88,000 (BENCHMARKS.md, "Prompt preparation").
+POOL_MIN_PROMPTS = 16_384
 MAX_AUTO_WORKERS = 8
 
 
@@ -102,9 +104,8 @@ class PromptSelection:
     # The model's context length; prompts longer than it minus max_new_tokens are skipped.
     context_length: int | None = None
     # Processes that template prompts: 1 = this process only; N = a pool of N workers; None = this
-    # process for the first POOL_MIN_PROMPTS prompts, then one worker per core (up to
-    # MAX_AUTO_WORKERS). It never changes the prompt list (see the module doc), so it is not part of
-    # the run's fingerprint.
+    # process, moving to a pool of one worker per core after POOL_MIN_PROMPTS prompts. It never
+    # changes the prompt list (see the module doc), so it is not part of the run's fingerprint.
     workers: int | None = None
 
     @property
@@ -510,21 +511,25 @@ def _templated(
             yield candidate, item, next(ids) if isinstance(item, Conversation) else None
 
 
-def prepare_prompts(
-    options: "GenerateOptions", chat: ChatTokenizer
-) -> tuple[list[PreparedPrompt], list[dict[str, Any]]]:
-    """Template the config's prompts in prompt-list order until `cap` are kept (see module doc)."""
+def iter_prepared_prompts(
+    options: "GenerateOptions", chat: ChatTokenizer, rejects: list[dict[str, Any]]
+) -> Iterator[PreparedPrompt]:
+    """The config's kept prompts in prompt-list order, until `cap` are kept (see module doc),
+    appending each rejected one to `rejects` as it is met.
+
+    A stream, so that a run writes prompts.jsonl as it goes and never holds the whole prompt list
+    (hundreds of MB of Python ints for 100,000 prompts). The summary is logged at the end.
+    """
     cap = effective_cap(options)
     checks = PromptChecks(chat, max_prompt_tokens(options))
-    prepared: list[PreparedPrompt] = []
-    rejects: list[dict[str, Any]] = []
+    kept = 0
     templater = make_templater(options, chat)
     try:
-        for candidate, item, ids in _templated(candidates(options, cap), checks, templater, cap, prepared.__len__):
+        for candidate, item, ids in _templated(candidates(options, cap), checks, templater, cap, lambda: kept):
             try:
                 if isinstance(item, Reject):
                     raise item
-                prepared.append(checks.accept(candidate, item, ids))
+                prompt = checks.accept(candidate, item, ids)
             except Reject as reject:
                 detail = str(reject)
                 message = detail if detail.startswith(candidate.where) else f"{candidate.where}: {detail}"
@@ -534,19 +539,30 @@ def prepare_prompts(
                     log.warning("skipping prompt (%s): %s", reject.reason, message)
                 rejects.append({"sample_id": candidate.sample_id, "source_id": candidate.source_id,
                                 "reason": reject.reason, "detail": message})
+                continue
+            kept += 1
+            yield prompt
     finally:
         templater.close()
-    log.info("%s", prompt_report(options.config.name, prepared, rejects, cap))
+    log.info("%s", prompt_report(options.config.name, kept, rejects, cap))
     if len(rejects) > LOGGED_REJECTS:
         log.warning("%d more rejected prompts are listed with their reasons in %s/rejects.jsonl",
                     len(rejects) - LOGGED_REJECTS, options.run_dir)
+
+
+def prepare_prompts(
+    options: "GenerateOptions", chat: ChatTokenizer
+) -> tuple[list[PreparedPrompt], list[dict[str, Any]]]:
+    """`iter_prepared_prompts` as lists: (kept prompts, rejects)."""
+    rejects: list[dict[str, Any]] = []
+    prepared = list(iter_prepared_prompts(options, chat, rejects))
     return prepared, rejects
 
 
-def prompt_report(config: str, prepared: list[PreparedPrompt], rejects: list[dict[str, Any]], cap: int | None) -> str:
+def prompt_report(config: str, kept: int, rejects: list[dict[str, Any]], cap: int | None) -> str:
     """One line: prompts kept, rejects by reason, and whether the cap was reached."""
     counts = Counter(reject["reason"] for reject in rejects)
     reasons = ", ".join(f"{reason}={counts[reason]}" for reason in REJECT_REASONS if counts[reason])
-    short = f"; the source ran out before the cap of {cap}" if cap is not None and len(prepared) < cap else ""
-    return (f"{config}: {len(prepared)} prompts kept of {len(prepared) + len(rejects)} records considered"
+    short = f"; the source ran out before the cap of {cap}" if cap is not None and kept < cap else ""
+    return (f"{config}: {kept} prompts kept of {kept + len(rejects)} records considered"
             f"{'; rejected: ' + reasons if reasons else ''}{short}")

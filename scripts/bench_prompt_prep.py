@@ -79,7 +79,7 @@ def prepare_all(configs: list[str], sources: list[str], cap: int, tokenizer: str
         options = GenerateOptions(
             config=get_config(config), tokenizer_path=tokenizer, prompts_file=None, run_dir=tmp,
             engine="replay", engine_options=EngineOptions(), limit=cap,
-            selection=PromptSelection(source_files=(source,)))
+            selection=PromptSelection(source_files=(source,), workers=workers))
         started, cpu = time.perf_counter(), time.process_time()
         prepared, rejects = prepare_prompts(options, chat)
         rows.append({"config": config, "kept": len(prepared), "rejected": len(rejects),
