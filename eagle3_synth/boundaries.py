@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .markers import find_last_marker, find_marker
 from .profiles import MarkerIds
 
 
 @dataclass(frozen=True)
 class ToolCallSpan:
-    start: int  # index of the call-begin marker
-    end: int  # index of the call-end marker (inclusive), -1 if the call was cut off
+    start: int  # index of the call-begin marker's first token
+    end: int  # index of the call-end marker's last token (inclusive), -1 if the call was cut off
 
 
 @dataclass(frozen=True)
@@ -27,16 +28,6 @@ class Boundaries:
     tool_calls: tuple[ToolCallSpan, ...] = field(default_factory=tuple)
 
 
-def _index(ids: Sequence[int], token: int | None, start: int = 0) -> int:
-    """First index of `token` at or after `start`, -1 if absent (list.index runs in C)."""
-    if token is None:
-        return -1
-    try:
-        return ids.index(token, start)
-    except ValueError:
-        return -1
-
-
 def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> bool:
     """True when the prompt ends inside an unclosed reasoning block.
 
@@ -45,30 +36,29 @@ def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> boo
     open marker comes after the last close marker" identifies exactly that case, trailing
     whitespace tokens included.
     """
-    tail = list(prompt_ids)[::-1]  # search from the end, in C
-    from_end_open = _index(tail, markers.reasoning_open)
-    if from_end_open < 0:
+    ids = prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids)
+    last_open = find_last_marker(ids, markers.reasoning_open)
+    if last_open < 0:
         return False
-    from_end_close = _index(tail, markers.reasoning_close)
-    return from_end_close < 0 or from_end_open < from_end_close
+    return find_last_marker(ids, markers.reasoning_close) < last_open
 
 
 def find_tool_calls(output_ids: Sequence[int], markers: MarkerIds) -> tuple[ToolCallSpan, ...]:
-    """Pair each call-begin with the next call-end; a begin with no end was cut off (`end=-1`)."""
-    begin, end = markers.tool_call_begin, markers.tool_call_end
+    """Pair each call-begin with the next call-end; a begin with no end was cut off (`end=-1`).
+
+    `start` is the first token of the call-begin marker, `end` the LAST token of the call-end
+    marker (inclusive), so a span holds the whole call however many tokens its markers take.
+    """
     spans: list[ToolCallSpan] = []
-    open_at = _index(output_ids, begin)
+    open_at, open_last = find_marker(output_ids, markers.tool_call_begin)
     # One step per call, not per token: from an open call, the next begin and the first end before
     # it are found with list.index (in C). Ends while no call is open are ignored.
     while open_at >= 0:
-        next_begin = _index(output_ids, begin, open_at + 1)
+        next_begin, next_last = find_marker(output_ids, markers.tool_call_begin, open_last + 1)
         stop = next_begin if next_begin >= 0 else len(output_ids)
-        try:
-            closed_at = output_ids.index(end, open_at + 1, stop)
-        except ValueError:
-            closed_at = -1  # cut off, or a new call began before this one ended
-        spans.append(ToolCallSpan(open_at, closed_at))
-        open_at = next_begin
+        _, closed_at = find_marker(output_ids, markers.tool_call_end, open_last + 1, stop)
+        spans.append(ToolCallSpan(open_at, closed_at))  # -1: cut off, or a new call began first
+        open_at, open_last = next_begin, next_last
     return tuple(spans)
 
 
@@ -81,39 +71,43 @@ def find_boundaries(
 ) -> Boundaries:
     """Every boundary column of one sample.
 
-    `prompt_opens` is `prompt_opens_reasoning(prompt_ids, markers)`.
+    `prompt_opens` is `prompt_opens_reasoning(prompt_ids, markers)`. A marker of several tokens
+    counts from its first token (`think_end`) to its last (`response_start` is the token after it).
     """
-    # reasoning_start: 0 if the prompt opened reasoning, i+1 after an emitted open marker, else -1.
+    ids = output_ids if isinstance(output_ids, list) else list(output_ids)
+    # reasoning_start: 0 if the prompt opened reasoning, the token after an emitted open marker, else -1.
     if prompt_opens:
         reasoning_start = 0
     else:
-        open_at = _index(output_ids, markers.reasoning_open)
-        reasoning_start = open_at + 1 if open_at >= 0 else -1
+        _, open_last = find_marker(ids, markers.reasoning_open)
+        reasoning_start = open_last + 1 if open_last >= 0 else -1
 
     # think_end: the first close marker inside the reasoning. A close marker with no open one at
-    # all means the template opened reasoning implicitly (DeepSeek-R1 style): reasoning starts at 0.
-    think_end = _index(output_ids, markers.reasoning_close, max(reasoning_start, 0))
+    # all means the template opened reasoning implicitly (DeepSeek-R1 style): reasoning starts at
+    # 0 -- unless the family's close marker also ends other messages (gpt-oss's <|end|>).
+    if reasoning_start < 0 and not markers.close_without_open_is_reasoning:
+        think_end, close_last = -1, -1
+    else:
+        think_end, close_last = find_marker(ids, markers.reasoning_close, max(reasoning_start, 0))
     if reasoning_start < 0 and think_end >= 0:
         reasoning_start = 0
 
-    # response_start: after </think>; else at a tool section (or call, for families without a
-    # section marker) that opened before any close marker; 0 without reasoning; -1 if reasoning
-    # never ended (truncated).
+    # response_start: after the close marker; else at a tool section (or call, for families
+    # without a section marker) that opened before any close marker; 0 without reasoning; -1 if
+    # reasoning never ended (truncated).
     if think_end >= 0:
-        response_start = think_end + 1
+        response_start = close_last + 1
     elif reasoning_start < 0:
         response_start = 0
     else:
-        implicit_end = (
-            markers.tool_section_begin if markers.tool_section_begin is not None else markers.tool_call_begin
-        )
-        response_start = _index(output_ids, implicit_end, reasoning_start)
+        implicit_end = markers.tool_section_begin or markers.tool_call_begin
+        response_start, _ = find_marker(ids, implicit_end, reasoning_start)
 
-    stop_index = len(output_ids) - 1 if finish_reason == "stop" and output_ids else -1
+    stop_index = len(ids) - 1 if finish_reason == "stop" and ids else -1
     return Boundaries(
         reasoning_start=reasoning_start,
         think_end=think_end,
         response_start=response_start,
         stop_index=stop_index,
-        tool_calls=find_tool_calls(output_ids, markers),
+        tool_calls=find_tool_calls(ids, markers),
     )

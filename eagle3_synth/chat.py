@@ -14,62 +14,138 @@ difference every later prompt goes through `apply_chat_template` itself.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as _datetime
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .conversation import Conversation
-from .errors import PromptError
+from .errors import ConfigError, PromptError
+from .template_forms import MessageForm, ProbeReport, probe_message_form
 
 log = logging.getLogger(__name__)
 
+# Files a tokenizer folder is recognised by (transformers reads one of them).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "tiktoken.model", "vocab.json")
 
-def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
-    """Load a local tokenizer. `trust_remote_code` is opt-in only (the Kimi tokenizer needs it)."""
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False, option: str = "--tokenizer") -> Any:
+    """Load a local tokenizer. `trust_remote_code` is opt-in only (the Kimi tokenizer needs it).
+
+    Only local folders: a missing one is a one-line ConfigError naming it (`option`), never a Hub
+    lookup -- transformers would read a non-existent path as a Hub repo id and fail on that.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: no such folder (eagle3-synth reads local model and tokenizer "
+                          "folders only, nothing is downloaded)")
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        raise ConfigError(f"{option} {path}: no tokenizer files in this folder (expected one of "
+                          f"{', '.join(_TOKENIZER_FILES)})")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{option} {path}: cannot load the tokenizer ({first})") from None
+
+
+def template_uses_date(tokenizer: Any) -> bool:
+    """Whether the chat template writes the current date (gpt-oss: `strftime_now`)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return "strftime_now" in (template if isinstance(template, str) else " ".join(map(str, template.values())))
+
+
+@contextlib.contextmanager
+def pinned_date(date: str | None) -> Iterator[None]:
+    """Make the template's `strftime_now` read `date` (YYYY-MM-DD, midnight) instead of the clock.
+
+    transformers defines `strftime_now(format)` as `datetime.now().strftime(format)` with
+    `datetime` imported at the top of `transformers/utils/chat_template_utils.py` (5.19 and 5.24,
+    lines 23 and 628); kwargs cannot replace it, since they are reduced to plain JSON values before
+    rendering (`_plain_template_data`, line 727). So the module's `datetime` is swapped for the call.
+    """
+    if date is None:
+        yield
+        return
+    from transformers.utils import chat_template_utils
+
+    fixed = _datetime.datetime.strptime(date, "%Y-%m-%d")
+
+    class _Pinned(_datetime.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> _datetime.datetime:  # noqa: ARG003 - the template asks for local time
+            return fixed
+
+    previous = chat_template_utils.datetime
+    chat_template_utils.datetime = _Pinned
+    try:
+        yield
+    finally:
+        chat_template_utils.datetime = previous
+
+
+def today() -> str:
+    """Today's date (UTC) as a template date."""
+    return _datetime.datetime.now(_datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def check_template_date(date: str) -> str:
+    try:
+        _datetime.datetime.strptime(date, "%Y-%m-%d")
+    except ValueError:
+        raise ConfigError(f"--template-date expects YYYY-MM-DD, got {date!r}") from None
+    return date
 
 
 class ChatTokenizer:
-    """Renders conversations to prompt ids with fixed template kwargs."""
+    """Renders conversations to prompt ids with fixed template kwargs, message form and date.
 
-    def __init__(self, tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None):
+    `form` (template_forms.MessageForm) is how conversations are handed to this template;
+    `template_date` pins what a date-writing template (gpt-oss) renders as today.
+    """
+
+    def __init__(self, tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None, *,
+                 form: MessageForm | None = None, tool_description: str | None = None,
+                 template_date: str | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise PromptError("the tokenizer has no chat_template; eagle3-synth needs the model's own template")
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
+        self.template_date = template_date if template_uses_date(tokenizer) else None
+        self.form = MessageForm()
+        # Without a recorded form, probe the template for the one it renders (`tool_description`:
+        # the profile's documented system-prompt tool description, for templates that ignore tools).
+        self.probe: ProbeReport | None = None
+        if form is None:
+            self.probe = probe_message_form(self, tool_description)
+            form = self.probe.form
+        self.form = form
         # None until the first batch was compared with apply_chat_template(tokenize=True).
         self.batch_encoding_exact: bool | None = None
 
-    def prompt_ids(self, conversation: Conversation) -> list[int]:
-        """Ids of the templated conversation, ending with the generation prompt."""
+    def _apply(self, conversation: Conversation, form: MessageForm | None, tokenize: bool) -> Any:
+        messages, tools = (form or self.form).apply(conversation)
         try:
-            encoded = self.tokenizer.apply_chat_template(
-                conversation.messages,
-                tools=conversation.tools,
-                tokenize=True,
-                add_generation_prompt=True,
-                **self.template_kwargs,
-            )
+            with pinned_date(self.template_date):
+                return self.tokenizer.apply_chat_template(
+                    messages, tools=tools, tokenize=tokenize, add_generation_prompt=True, **self.template_kwargs)
         except Exception as exc:  # jinja errors (raise_exception in templates) name the problem
             raise PromptError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+
+    def prompt_ids(self, conversation: Conversation) -> list[int]:
+        """Ids of the templated conversation, ending with the generation prompt."""
+        encoded = self._apply(conversation, None, tokenize=True)
         # transformers 5 returns a BatchEncoding; older versions a plain list.
         ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded
         return [int(i) for i in ids]
 
-    def render(self, conversation: Conversation) -> str:
+    def render(self, conversation: Conversation, *, form: MessageForm | None = None) -> str:
         """The templated conversation as text, ending with the generation prompt."""
-        try:
-            return self.tokenizer.apply_chat_template(
-                conversation.messages,
-                tools=conversation.tools,
-                tokenize=False,
-                add_generation_prompt=True,
-                **self.template_kwargs,
-            )
-        except Exception as exc:
-            raise PromptError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+        return self._apply(conversation, form, tokenize=False)
 
     def prompt_ids_batch(self, conversations: Sequence[Conversation]) -> list[list[int] | PromptError]:
         """`prompt_ids` of each conversation, in order; a conversation the template refuses gets

@@ -473,7 +473,7 @@ class RunDirectory:
 
     def markers(self) -> MarkerIds:
         """The marker ids the run was generated with, so assembly needs no tokenizer."""
-        return MarkerIds(**{k: tuple(v) if k == "stop_ids" else v for k, v in self.read_run_file()["meta"]["markers"].items()})
+        return MarkerIds.from_dict(self.read_run_file()["meta"]["markers"])
 
     # -- prompts -------------------------------------------------------------------------------
     @property

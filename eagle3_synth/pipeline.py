@@ -13,21 +13,21 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from . import __version__
-from .chat import ChatTokenizer, load_tokenizer
+from .chat import ChatTokenizer, load_tokenizer, today
 from .prompt_prep import PromptSelection, iter_prepared_prompts, prompt_source_identity
 from .configs import ConfigSpec
 from .engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from .engines.base import check_sampling
 from .errors import ConfigError, EngineError
 from .journal import JournalIndex, RunDirectory, Shard, kill_point
-from .profiles import MarkerIds, get_profile, resolve_markers
+from .profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
 from .progress import MAX_LISTED, Coverage, Progress, RunSummary
 from .records import dumps_messages, dumps_tools, make_row
 
@@ -52,6 +52,11 @@ class GenerateOptions:
     top_k: int = -1
     seed: int | None = 0
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # YAML of the user's own model profiles (profiles.py); `profile` may then name one.
+    profile_file: str | None = None
+    # The date a date-writing template (gpt-oss) renders as today: YYYY-MM-DD; None = the one the
+    # run directory recorded, else today (UTC) -- recorded, so a resume templates the same ids.
+    template_date: str | None = None
     trust_remote_code: bool = False
     strict: bool = False
     retry_errors: bool = False
@@ -101,7 +106,7 @@ def model_identity(path: str | None) -> dict[str, Any]:
     return identity
 
 
-def fingerprint_fields(options: GenerateOptions, profile: str) -> dict[str, Any]:
+def fingerprint_fields(options: GenerateOptions, profile: ModelProfile, chat: ChatTokenizer) -> dict[str, Any]:
     """Everything that determines the output ids (engine plumbing such as URLs is left out)."""
     return {
         "config": options.config.name,
@@ -110,7 +115,10 @@ def fingerprint_fields(options: GenerateOptions, profile: str) -> dict[str, Any]
         "replay": file_digest(Path(options.engine_options.replay_file)) if options.engine == "replay" else None,
         "tokenizer": tokenizer_identity(options.tokenizer_path),
         "template_kwargs": {**options.config.template_kwargs, **options.template_kwargs},
-        "profile": profile,
+        "profile": profile.name,
+        "profile_definition": profile.to_json(),
+        # How conversations are handed to the template (probed from it) and the date it renders.
+        "template": {"message_form": chat.form.to_json(), "date": chat.template_date},
         "sampling": {
             "max_new_tokens": options.max_new_tokens,
             "temperature": options.temperature,
@@ -120,6 +128,13 @@ def fingerprint_fields(options: GenerateOptions, profile: str) -> dict[str, Any]
         },
     }
 
+
+
+def recorded_template_date(run: RunDirectory) -> str | None:
+    """The template date a run directory was started with (None for a new run or a dateless one)."""
+    if not run.exists():
+        return None
+    return (run.read_run_file()["fields"].get("template") or {}).get("date")
 
 
 def _sampling_params(options: GenerateOptions, markers: MarkerIds) -> SamplingParams:
@@ -208,14 +223,24 @@ def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None)
     `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
     started = time.monotonic()
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
-    tokenizer = load_tokenizer(options.tokenizer_path, trust_remote_code=options.trust_remote_code)
-    profile = get_profile(options.profile, tokenizer)
+    tokenizer = load_tokenizer(options.tokenizer_path, trust_remote_code=options.trust_remote_code,
+                               option="--tokenizer" if options.tokenizer_path != options.engine_options.model else "--model")
+    profile, why = choose_profile(options.profile, tokenizer, options.profile_file)
+    log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
     run = RunDirectory(options.run_dir)
+    chat = ChatTokenizer(tokenizer, {**options.config.template_kwargs, **options.template_kwargs},
+                         tool_description=profile.tool_description,
+                         template_date=options.template_date or recorded_template_date(run) or today())
+    if chat.probe is not None and not chat.probe.faithful:
+        log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
+                    "history will be %s", "; ".join(chat.probe.lines()),
+                    "rejected" if not chat.probe.renders_calls else "templated in the closest form")
     run_fingerprint = run.claim(
-        fingerprint_fields(options, profile.name),
+        fingerprint_fields(options, profile, chat),
         meta={
-            "markers": asdict(markers),
+            "markers": markers.to_json(),
+            "message_probe": chat.probe.outcomes if chat.probe else None,
             "engine": options.engine,
             "model": _absolute(options.engine_options.model),
             "tokenizer": _absolute(options.tokenizer_path),
@@ -228,7 +253,6 @@ def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None)
     )
     kill_point("run.claimed")
     if not run.prompts_ready:
-        chat = ChatTokenizer(tokenizer, {**options.config.template_kwargs, **options.template_kwargs})
         rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
         run.write_prompts(iter_prepared_prompts(options, chat, rejects), rejects)
     kill_point("prompts.ready")

@@ -23,7 +23,10 @@ Hygiene (each reject is counted by reason, logged, and written to `rejects.jsonl
 - `unparseable`: the record (or prompts line) cannot be read or converted;
 - `control_token`: message text contains one of the tokenizer's control tokens (`<|im_end|>`,
   `<think>`...), which templating would turn into the real control token;
-- `template_error`: the chat template refuses the conversation;
+- `tools_not_rendered`: the conversation has tools, but the chat template does not render `tools`
+  and the model family documents no system-prompt tool description (the model would not see them);
+- `template_error`: the chat template refuses the conversation in the message form probed for it
+  (`template_forms.py`);
 - `too_long`: more prompt tokens than the model's context minus `max_new_tokens`;
 - `duplicate`: the same prompt ids as an earlier kept prompt (hash of the templated ids).
 
@@ -62,15 +65,17 @@ from .errors import ConfigError, PromptError
 from .records import PreparedPrompt
 from .sources import get_adapter
 from .sources.readers import SourceRecord, iter_dataset, iter_source_files
+from .template_forms import MessageForm
 
 if TYPE_CHECKING:
     from .pipeline import GenerateOptions
 
 log = logging.getLogger(__name__)
 
-REJECT_REASONS = ("unparseable", "control_token", "template_error", "too_long", "duplicate")
+REJECT_REASONS = ("unparseable", "control_token", "tools_not_rendered", "template_error", "too_long", "duplicate")
 # Bump when a hygiene rule changes what is kept, so old runs are not mixed with new prompt lists.
-HYGIENE_VERSION = 1
+# 2: message forms probed per template, tools_not_rendered.
+HYGIENE_VERSION = 2
 # Rejects logged one by one; the rest are counted in the summary line and listed in rejects.jsonl.
 LOGGED_REJECTS = 20
 # Conversations templated per batch: amortises the tokenizer call and a worker round trip.
@@ -312,6 +317,10 @@ class PromptChecks:
         if isinstance(candidate.item, PromptError):
             raise Reject("unparseable", str(candidate.item))
         conversation = candidate.item
+        if conversation.tools and not self.chat.form.tools_visible:
+            raise Reject("tools_not_rendered", f"the chat template does not render tools and this model family "
+                         f"documents no system-prompt tool description: the model would not see its "
+                         f"{len(conversation.tools)} tool(s)")
         if self.control is not None:
             for where, text in rendered_texts(conversation):
                 match = self.control.search(text)
@@ -322,7 +331,9 @@ class PromptChecks:
 
     def accept(self, candidate: Candidate, conversation: Conversation, ids: list[int] | PromptError) -> PreparedPrompt:
         if isinstance(ids, PromptError):
-            raise Reject("template_error", str(ids))
+            form = self.chat.form
+            raise Reject("template_error", f"{ids} (message form: content {form.call_content}, arguments "
+                                           f"{form.arguments})")
         if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
             raise Reject("too_long", f"{len(ids)} prompt tokens > {self.max_prompt_tokens} "
                                      "(the model's context minus max_new_tokens)")
@@ -357,10 +368,12 @@ class LocalTemplater:
 _worker_chat: ChatTokenizer | None = None
 
 
-def _start_worker(tokenizer_path: str, trust_remote_code: bool, template_kwargs: dict[str, Any]) -> None:
+def _start_worker(tokenizer_path: str, trust_remote_code: bool, template_kwargs: dict[str, Any],
+                  form: dict[str, Any], template_date: str | None) -> None:
     global _worker_chat
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
-    _worker_chat = ChatTokenizer(load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code), template_kwargs)
+    _worker_chat = ChatTokenizer(load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code), template_kwargs,
+                                 form=MessageForm.from_json(form), template_date=template_date)
 
 
 def _template_in_worker(conversations: list[Conversation]) -> list[list[int] | PromptError]:
@@ -381,7 +394,7 @@ class PoolTemplater:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-            initargs=(tokenizer_path, trust_remote_code, chat.template_kwargs))
+            initargs=(tokenizer_path, trust_remote_code, chat.template_kwargs, chat.form.to_json(), chat.template_date))
         self.checked = False
 
     def submit(self, conversations: list[Conversation]) -> Result:

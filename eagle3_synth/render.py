@@ -35,8 +35,9 @@ def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
     if response_start >= 0:
         for i in range(response_start, n):
             labels[i] = "response"
-    if think_end >= 0:
-        labels[think_end] = "think_end"
+    if think_end >= 0:  # the whole close marker: one token, or several (gpt-oss, DSML)
+        for i in range(think_end, max(response_start, think_end + 1)):
+            labels[i] = "think_end"
     for number, call in enumerate(row["tool_calls"], start=1):
         end = call["end"] if call["end"] >= 0 else n - 1
         for i in range(call["start"], end + 1):

@@ -28,7 +28,8 @@ import pyarrow as pa
 
 from .errors import ConfigError
 from .journal import RUN_FILE, RunDirectory
-from .profiles import MarkerIds
+from .markers import describe
+from .profiles import MarkerIds, ModelProfile
 from .records import COLUMNS, FEATURES
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ class Provenance:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     profile: str | None = None
     markers: MarkerIds | None = None
+    # The profile as recorded (its YAML schema): a custom profile is known to tools from this.
+    profile_definition: dict[str, Any] | None = None
+    # How conversations were handed to the template and the date it rendered (None: not recorded).
+    message_form: dict[str, Any] | None = None
+    template_date: str | None = None
     # Where these facts were read from, for messages ("run.json of demo_out/.runs/B1_glaive").
     origin: str = "nothing recorded"
 
@@ -57,11 +63,15 @@ def provenance_from_run_file(path: Path) -> Provenance:
 def provenance_from_run_info(data: dict[str, Any], origin: str) -> Provenance:
     meta, fields = data.get("meta", {}), data.get("fields", {})
     markers = meta.get("markers")
+    template = fields.get("template") or {}
     return Provenance(
+        profile_definition=fields.get("profile_definition"),
+        message_form=template.get("message_form"),
+        template_date=template.get("date"),
         tokenizer=meta.get("tokenizer"),
         template_kwargs=dict(fields.get("template_kwargs") or {}),
         profile=fields.get("profile") or (markers or {}).get("profile"),
-        markers=MarkerIds(**{k: tuple(v) if k == "stop_ids" else v for k, v in markers.items()}) if markers else None,
+        markers=MarkerIds.from_dict(markers) if markers else None,
         origin=origin,
     )
 
@@ -354,18 +364,27 @@ def data_tokenizer(
         raise ConfigError(f"cannot load tokenizer {path!r}: {exc}") from exc
 
 
+def data_profile(tokenizer: Any, provenance: Provenance, profile: str | None = None) -> "ModelProfile":
+    """The profile the data was made with: given > recorded (with its recorded definition, so a
+    `--profile-file` profile needs no file here) > auto."""
+    from .profiles import get_profile, profile_from_dict
+
+    name = profile or provenance.profile or "auto"
+    if provenance.profile_definition and name == provenance.profile:
+        return profile_from_dict(name, provenance.profile_definition, provenance.origin)
+    return get_profile(name, tokenizer)
+
+
 def data_markers(tokenizer: Any, provenance: Provenance, profile: str | None = None) -> MarkerIds:
     """Markers resolved from `tokenizer` (profile: given > recorded > auto), checked against the
     recorded ones: a difference means the tokenizer is not the one the data was made with."""
-    from dataclasses import asdict
+    from .profiles import resolve_markers
 
-    from .profiles import get_profile, resolve_markers
-
-    markers = resolve_markers(get_profile(profile or provenance.profile or "auto", tokenizer), tokenizer)
+    markers = resolve_markers(data_profile(tokenizer, provenance, profile), tokenizer)
     recorded = provenance.markers
     if recorded is not None and (profile is None or profile == recorded.profile) and recorded != markers:
-        diffs = [f"{k}: recorded {v!r}, tokenizer gives {asdict(markers)[k]!r}"
-                 for k, v in asdict(recorded).items() if asdict(markers)[k] != v]
+        diffs = [f"{name}: recorded {describe(getattr(recorded, name))}, tokenizer gives {describe(getattr(markers, name))}"
+                 for name in recorded.__dataclass_fields__ if getattr(recorded, name) != getattr(markers, name)]
         raise ConfigError(
             "this tokenizer resolves the markers differently from the ones the data was made with "
             f"({provenance.origin}): {'; '.join(diffs)}. Pass the original --tokenizer"

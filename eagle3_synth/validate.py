@@ -26,6 +26,7 @@ from .chat import ChatTokenizer
 from .conversation import validate_conversation
 from .errors import PromptError
 from .profiles import MarkerIds
+from .template_forms import MessageForm
 from .records import FINISH_REASONS
 
 # How many leading prompt ids, repeated at the start of the output, count as a leaked prompt.
@@ -53,8 +54,13 @@ BOUNDARY_COLUMNS = ("reasoning_start", "think_end", "response_start", "stop_inde
 class RowValidator:
     """Checks single rows; holds the tokenizer, its markers and the template kwargs."""
 
-    def __init__(self, tokenizer: Any, markers: MarkerIds, template_kwargs: Mapping[str, Any] | None = None):
-        self.chat = ChatTokenizer(tokenizer, template_kwargs)
+    def __init__(self, tokenizer: Any, markers: MarkerIds, template_kwargs: Mapping[str, Any] | None = None, *,
+                 form: MessageForm | None = None, tool_description: str | None = None,
+                 template_date: str | None = None):
+        # The message form, tool description and date the data was templated with (recorded in
+        # run info); without a recorded form the template is probed again, as a run does.
+        self.chat = ChatTokenizer(tokenizer, template_kwargs, form=form, tool_description=tool_description,
+                                  template_date=template_date)
         self.markers = markers
         self.stop_ids = frozenset(markers.stop_ids)
 

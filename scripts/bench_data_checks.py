@@ -40,8 +40,8 @@ def write_dataset(out: Path, rows: int, seed: int = 0) -> int:
     tokenizer = load_tokenizer(str(TOKENIZER))
     markers = resolve_markers(PROFILES["kimi_k2"], tokenizer)
     chat = ChatTokenizer(tokenizer)
-    specials = set(tokenizer.all_special_ids) | {markers.reasoning_close, markers.tool_call_begin,
-                                                  markers.tool_call_end, markers.tool_section_begin}
+    specials = set(tokenizer.all_special_ids) | {markers.reasoning_close.id, markers.tool_call_begin.id,
+                                                  markers.tool_call_end.id, markers.tool_section_begin.id}
     plain = np.array([i for i in range(len(tokenizer)) if i not in specials], dtype=np.int32)
     rng = np.random.default_rng(seed)
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
@@ -56,11 +56,11 @@ def write_dataset(out: Path, rows: int, seed: int = 0) -> int:
         length = int(min(10_240, max(8, rng.lognormal(7.0, 1.0))))
         output = rng.choice(plain, size=length).tolist()
         finish = "length" if length == 10_240 or rng.random() < 0.05 else "stop"
-        output[length // 3] = markers.reasoning_close
+        output[length // 3] = markers.reasoning_close.id
         if sample_id % 3 == 0 and length > 40:
-            output[length // 3 + 2] = markers.tool_section_begin
-            output[length // 3 + 3] = markers.tool_call_begin
-            output[length - 4] = markers.tool_call_end
+            output[length // 3 + 2] = markers.tool_section_begin.id
+            output[length // 3 + 3] = markers.tool_call_begin.id
+            output[length - 4] = markers.tool_call_end.id
         if finish == "stop":
             output[-1] = markers.stop_ids[0]
         batch.append(make_row(sample_id=sample_id, source_id=f"s{sample_id}", prompt_ids=prompt, output_ids=output,

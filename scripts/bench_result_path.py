@@ -87,12 +87,12 @@ def write_replay(path: Path, samples: int, output_tokens: int, seed: int = 0) ->
                 finish = "length"
             else:
                 think_end = length * 3 // 4
-                ids[think_end] = markers.reasoning_close
+                ids[think_end] = markers.reasoning_close.id
                 if kind < 0.41:  # a tool call after the reasoning
                     section = think_end + 3
-                    ids[section] = markers.tool_section_begin
-                    ids[section + 1] = markers.tool_call_begin
-                    ids[length - 3] = markers.tool_call_end
+                    ids[section] = markers.tool_section_begin.id
+                    ids[section + 1] = markers.tool_call_begin.id
+                    ids[length - 3] = markers.tool_call_end.id
                 ids[-1] = markers.stop_ids[0]
             handle.write(json.dumps({"sample_id": sample_id, "output_ids": ids, "finish_reason": finish}) + "\n")
 

@@ -44,7 +44,7 @@ def test_kimi_prompt_opens_reasoning(kimi, kimi_markers):
     assert prompt_opens_reasoning(prompt, kimi_markers)
     output = kimi("Let me think.", "</think>", "Hello!", "<|im_end|>")
     b = find_boundaries(output, kimi_markers, prompt_opens=True, finish_reason="stop")
-    think_end = output.index(kimi_markers.reasoning_close)
+    think_end = output.index(kimi_markers.reasoning_close.id)
     assert (b.reasoning_start, b.think_end, b.response_start) == (0, think_end, think_end + 1)
     assert b.stop_index == len(output) - 1 and output[b.stop_index] in kimi_markers.stop_ids
     assert b.tool_calls == ()
@@ -62,7 +62,7 @@ def test_qwen_model_emits_open_marker(qwen, qwen_markers):
     assert not prompt_opens_reasoning(prompt, qwen_markers)
     output = qwen("<think>", "\nhmm\n", "</think>", "\n\nHi there.", "<|im_end|>")
     b = find_boundaries(output, qwen_markers, prompt_opens=False, finish_reason="stop")
-    think_end = output.index(qwen_markers.reasoning_close)
+    think_end = output.index(qwen_markers.reasoning_close.id)
     assert b.reasoning_start == 1
     assert b.think_end == think_end and b.response_start == think_end + 1
     assert b.stop_index == len(output) - 1
@@ -80,9 +80,9 @@ def test_kimi_tool_section_before_close_ends_reasoning_implicitly(kimi, kimi_mar
                   "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|im_end|>")
     b = find_boundaries(output, kimi_markers, prompt_opens=True, finish_reason="stop")
     assert b.reasoning_start == 0 and b.think_end == -1
-    assert b.response_start == output.index(kimi_markers.tool_section_begin)
-    begin = output.index(kimi_markers.tool_call_begin)
-    end = output.index(kimi_markers.tool_call_end)
+    assert b.response_start == output.index(kimi_markers.tool_section_begin.id)
+    begin = output.index(kimi_markers.tool_call_begin.id)
+    end = output.index(kimi_markers.tool_call_end.id)
     assert b.tool_calls == (ToolCallSpan(begin, end),)
 
 
@@ -96,8 +96,8 @@ def test_truncated_inside_tool_call(kimi, kimi_markers):
     output = kimi("plan", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.f:0",
                   "<|tool_call_argument_begin|>", '{"a": ')
     b = find_boundaries(output, kimi_markers, prompt_opens=True, finish_reason="length")
-    assert b.tool_calls == (ToolCallSpan(output.index(kimi_markers.tool_call_begin), -1),)
-    assert b.stop_index == -1 and b.think_end == output.index(kimi_markers.reasoning_close)
+    assert b.tool_calls == (ToolCallSpan(output.index(kimi_markers.tool_call_begin.id), -1),)
+    assert b.stop_index == -1 and b.think_end == output.index(kimi_markers.reasoning_close.id)
 
 
 def test_several_tool_calls(kimi, kimi_markers):
@@ -105,8 +105,8 @@ def test_several_tool_calls(kimi, kimi_markers):
     output = kimi("plan", "</think>", "<|tool_calls_section_begin|>", *call, *call, *call,
                   "<|tool_calls_section_end|>", "<|im_end|>")
     b = find_boundaries(output, kimi_markers, prompt_opens=True, finish_reason="stop")
-    begins = positions(output, kimi_markers.tool_call_begin)
-    ends = positions(output, kimi_markers.tool_call_end)
+    begins = positions(output, kimi_markers.tool_call_begin.id)
+    ends = positions(output, kimi_markers.tool_call_end.id)
     assert len(begins) == 3
     assert b.tool_calls == tuple(ToolCallSpan(s, e) for s, e in zip(begins, ends))
 
@@ -115,17 +115,17 @@ def test_qwen_tool_calls_without_section_marker(qwen, qwen_markers):
     output = qwen("<think>", "need weather", "</think>", "\n\n", "<tool_call>", '\n{"name": "w", "arguments": {}}\n',
                   "</tool_call>", "\n", "<tool_call>", '\n{"name": "x", "arguments": {}}\n', "</tool_call>", "<|im_end|>")
     b = find_boundaries(output, qwen_markers, prompt_opens=False, finish_reason="stop")
-    begins = positions(output, qwen_markers.tool_call_begin)
-    ends = positions(output, qwen_markers.tool_call_end)
+    begins = positions(output, qwen_markers.tool_call_begin.id)
+    ends = positions(output, qwen_markers.tool_call_end.id)
     assert b.tool_calls == tuple(ToolCallSpan(s, e) for s, e in zip(begins, ends))
-    assert b.response_start == output.index(qwen_markers.reasoning_close) + 1
+    assert b.response_start == output.index(qwen_markers.reasoning_close.id) + 1
 
 
 def test_qwen_tool_call_before_close_ends_reasoning(qwen, qwen_markers):
     output = qwen("<think>", "call it", "<tool_call>", '{"name": "w"}', "</tool_call>", "<|im_end|>")
     b = find_boundaries(output, qwen_markers, prompt_opens=False, finish_reason="stop")
     assert b.reasoning_start == 1 and b.think_end == -1
-    assert b.response_start == output.index(qwen_markers.tool_call_begin)
+    assert b.response_start == output.index(qwen_markers.tool_call_begin.id)
 
 
 @pytest.mark.parametrize("profile", ["kimi", "qwen"])

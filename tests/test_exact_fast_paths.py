@@ -43,7 +43,7 @@ def tool_calls_token_by_token(ids: list[int], begin: int, end: int) -> tuple[Too
 @pytest.mark.parametrize("which", ["kimi", "qwen"])
 def test_tool_call_spans_equal_the_token_by_token_rule(which, kimi_markers, qwen_markers):
     markers = kimi_markers if which == "kimi" else qwen_markers
-    begin, end = markers.tool_call_begin, markers.tool_call_end
+    begin, end = markers.tool_call_begin.id, markers.tool_call_end.id
     rng = random.Random(8)
     cases = [[], [begin], [end], [end, begin], [begin, begin, end, end], [begin, end, end, begin, 5, end]]
     for _ in range(3000):  # dense in markers: every order of begins and ends shows up

@@ -68,8 +68,8 @@ def test_specforge_rows_carry_reasoning_and_response_text(folder, tmp_path, kimi
         assert record["tools"] == (json.loads(row["tools"]) if row["tools"] else [])
         reply = record["conversations"][-1]
         assert reply["role"] == "assistant"
-        cut = out.index(kimi_markers.reasoning_close) if kimi_markers.reasoning_close in out else out.index(
-            kimi_markers.tool_section_begin)
+        cut = out.index(kimi_markers.reasoning_close.id) if kimi_markers.reasoning_close.id in out else out.index(
+            kimi_markers.tool_section_begin.id)
         assert reply["reasoning_content"] == kimi_tokenizer.decode(out[:cut])
         if shape == 0:
             assert reply["content"] == f"The answer is {2 * sample_id}." and "tool_calls" not in reply

@@ -71,7 +71,7 @@ def test_each_region_is_at_its_tokens(folder, config, tokenizer_fixture, request
 def test_ids_mode_shows_each_id(folder, kimi_tokenizer, kimi_markers):
     row = load_dataset(str(folder), KIMI_CONFIG, split="train")[0]
     found = {label: body for label, _, _, body in regions(render_row(row, kimi_tokenizer, show_ids=True))}
-    assert found["think_end"] == f"</think>⟨{kimi_markers.reasoning_close}⟩"
+    assert found["think_end"] == f"</think>⟨{kimi_markers.reasoning_close.id}⟩"
     assert found["stop"] == f"<|im_end|>⟨{row['output_ids'][-1]}⟩"
 
 

@@ -32,11 +32,11 @@ def expected_figures(rows: list[dict], markers) -> dict:
     outputs = [row["output_ids"] for row in rows]
     reasoning, response = [], []
     for row, out in zip(rows, outputs):
-        opens_in_prompt = row["prompt_ids"][-1] == markers.reasoning_open
-        start = 0 if opens_in_prompt else (out.index(markers.reasoning_open) + 1 if markers.reasoning_open in out else None)
-        implicit = markers.tool_section_begin if markers.tool_section_begin is not None else markers.tool_call_begin
-        if markers.reasoning_close in out:
-            end = out.index(markers.reasoning_close)
+        opens_in_prompt = row["prompt_ids"][-1] == markers.reasoning_open.id
+        start = 0 if opens_in_prompt else (out.index(markers.reasoning_open.id) + 1 if markers.reasoning_open.id in out else None)
+        implicit = markers.tool_section_begin.id if markers.tool_section_begin else markers.tool_call_begin.id
+        if markers.reasoning_close.id in out:
+            end = out.index(markers.reasoning_close.id)
             resp = len(out) - end - 1
         elif start is not None and implicit in out:
             end = out.index(implicit)
@@ -55,8 +55,8 @@ def expected_figures(rows: list[dict], markers) -> dict:
                           (("min", 0), ("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1))},
         "share_short": sum(length < 500 for length in lengths) / n,
         "share_truncated": sum(row["finish_reason"] == "length" for row in rows) / n,
-        "share_no_think_end": sum(markers.reasoning_close not in out for out in outputs) / n,
-        "share_with_tool_calls": sum(markers.tool_call_begin in out for out in outputs) / n,
+        "share_no_think_end": sum(markers.reasoning_close.id not in out for out in outputs) / n,
+        "share_with_tool_calls": sum(markers.tool_call_begin.id in out for out in outputs) / n,
         "mean_reasoning_tokens": sum(reasoning) / n,
         "mean_response_tokens": sum(response) / n,
         "output_tokens_total": sum(lengths),

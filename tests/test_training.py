@@ -33,7 +33,7 @@ def test_response_mask_starts_at_response_start(dataset, kimi_markers):
             assert not any(mask)
         else:
             assert trained == row["output_ids"][row["response_start"]:]
-            assert kimi_markers.reasoning_close not in trained
+            assert kimi_markers.reasoning_close.id not in trained
     assert unended > 0
 
 

@@ -156,7 +156,8 @@ def test_the_wrong_tokenizer_is_refused(folder, tmp_path, capsys):
     copy = copy_dataset(folder, tmp_path / "other-ids")
     info_path = copy / KIMI_CONFIG / "run_info.json"
     info = json.loads(info_path.read_text())
-    info["meta"]["markers"]["reasoning_close"] += 1
+    slots = info["meta"]["markers"]["reasoning_close"][0]["slots"]  # one pattern of one token
+    slots[0] = [slots[0][0] + 1]
     info_path.write_text(json.dumps(info))
     assert main(["validate", str(copy), KIMI_CONFIG]) == 2
     assert "resolves the markers differently" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..chat import check_template_date
 from ..configs import get_config, load_config_file, sample_prompts_path
 from ..engines import ENGINES, EngineOptions
 from ..errors import ConfigError
@@ -39,7 +40,13 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="local model folder (for --engine replay: a folder holding the tokenizer)")
     model.add_argument("--tokenizer", help="tokenizer folder, if not the model's")
-    model.add_argument("--profile", default="auto", choices=["auto", *PROFILES], help="marker profile (default: auto)")
+    model.add_argument("--profile", default="auto", metavar="NAME",
+                       help=f"marker profile: auto (default), {', '.join(PROFILES)}, or one from --profile-file")
+    model.add_argument("--profile-file", metavar="YAML", help="define model families of your own (the schema of "
+                       "eagle3_synth/profiles.yaml); --profile may then name one")
+    model.add_argument("--template-date", type=check_template_date, metavar="YYYY-MM-DD",
+                       help="date a date-writing template (gpt-oss) renders as today (default: the run's recorded "
+                       "date, else today)")
     model.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=VALUE",
                        help="chat-template kwarg, e.g. thinking=true or enable_thinking=false (repeatable)")
     model.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer/model's own code (Kimi needs it)")
@@ -138,6 +145,10 @@ def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
     tokenizer = args.tokenizer or args.model
     if not tokenizer:
         raise ConfigError("give --model (or --tokenizer) so prompts can be templated")
+    for option, folder in (("--model", args.model), ("--tokenizer", args.tokenizer)):
+        if folder and not Path(folder).is_dir():
+            raise ConfigError(f"{option} {folder}: no such folder (eagle3-synth reads local model and tokenizer "
+                              "folders only, nothing is downloaded)")
     selection = prompt_selection(args)
     prompts_file = None if selection.reads_source else args.prompts or sample_prompts_path(config.name)
     if not selection.reads_source and not args.prompts:
@@ -168,6 +179,8 @@ def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
             engine_args=engine_args,
         ),
         profile=args.profile,
+        profile_file=args.profile_file,
+        template_date=args.template_date,
         limit=args.limit,
         max_new_tokens=config.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
         temperature=args.temperature,

@@ -23,8 +23,8 @@ def add_source_argument(parser: argparse.ArgumentParser) -> None:
 def add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tokenizer (default: the one recorded with the data)")
     group.add_argument("--tokenizer", help="tokenizer folder the data was made with")
-    group.add_argument("--profile", choices=["auto", *PROFILES],
-                       help="marker profile (default: the recorded one, else auto)")
+    group.add_argument("--profile", metavar="NAME",
+                       help=f"marker profile: auto, {', '.join(PROFILES)} (default: the recorded one, else auto)")
     group.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code (Kimi)")
 
 

@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..rows import resolve_configs
+from ..chat import check_template_date
+from ..rows import data_profile, resolve_configs
+from ..template_forms import MessageForm
 from ..validate import RowValidator, validate_batches
 from .data_source import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
                           template_kwargs)
@@ -27,6 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_tokenizer_arguments(parser)
     parser.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=VALUE",
                         help="chat-template kwarg, overriding the recorded ones (repeatable)")
+    parser.add_argument("--template-date", type=check_template_date, metavar="YYYY-MM-DD",
+                        help="date a date-writing template (gpt-oss) renders, overriding the recorded one")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes checking rows in parallel (re-templating dominates; default 1)")
     parser.add_argument("--report", metavar="FILE.json", help="also write the report as JSON")
@@ -42,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
     for config in resolve_configs(source, args.configs):
         provenance = source.provenance(config)
         tokenizer, markers = tokenizers.get(provenance)
-        validator = RowValidator(tokenizer, markers, template_kwargs(args, provenance))
+        validator = RowValidator(tokenizer, markers, template_kwargs(args, provenance),
+                                 form=MessageForm.from_json(provenance.message_form) if provenance.message_form else None,
+                                 tool_description=data_profile(tokenizer, provenance, args.profile).tool_description,
+                                 template_date=args.template_date or provenance.template_date)
         report = validate_batches(source.iter_batches(config), validator, config, workers=args.workers)
         reports.append(report)
         for line in report.lines():
