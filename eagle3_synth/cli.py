@@ -18,6 +18,7 @@ COMMANDS = {
     "validate": "validate",
     "export": "export",
     "publish": "publish",
+    "doctor": "doctor",
 }
 
 

@@ -28,6 +28,7 @@ from datasets.splits import SplitDict, SplitInfo
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCardData
 
+from .errors import ConfigError
 from .records import FEATURES
 
 CARD_TEMPLATE = Path(__file__).resolve().parent.parent / "dataset_card.md"
@@ -368,6 +369,8 @@ def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int,
                 builder.download_and_prepare(output_dir=output_dir, file_format="parquet")
             sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
             num_rows = builder.info.splits["train"].num_examples
+            if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
+                raise ConfigError(f"{config}: the run directory {run_dir} holds no row to write; nothing written")
             files = install_parquet_files(sources, folder, config)
             kill_point("assemble.installed")
         finally:

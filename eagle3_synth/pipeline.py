@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 import signal
 import threading
 import time
@@ -314,6 +315,15 @@ def iter_rows(run_dir: str, markers: MarkerIds | None = None) -> Iterator[dict[s
                     tools_json=dumps_tools(prompt.tools),
                     markers=markers,
                 )
+
+
+def no_rows_message(run_dir: str, config: str, coverage: Coverage, out: str) -> str:
+    """Why a config has nothing to write: the rejects by reason and the failed samples."""
+    counts = Counter(reject["reason"] for reject in RunDirectory(run_dir).iter_rejects())
+    rejected = ", ".join(f"{reason}={n}" for reason, n in counts.most_common()) or "none"
+    return (f"{config}: no row to write ({coverage.prompts} prompts kept, rejected: {rejected}; "
+            f"{coverage.finish_reasons.get('abort', 0)} failed): nothing written to {out}, whose other configs "
+            f"stay loadable. Each rejected prompt is listed with its reason in {run_dir}/rejects.jsonl")
 
 
 def check_run(run_dir: str, config: str) -> Coverage:

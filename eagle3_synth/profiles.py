@@ -99,14 +99,14 @@ def profile_from_dict(name: str, data: Any, where: str) -> ModelProfile:
         raise ConfigError(f"{where}: thinking_kwargs must map a kwarg to its values, got {kwargs!r}")
     return ModelProfile(
         name=name,
-        reasoning_open=_strings(data["reasoning_open"], f"{where}.reasoning_open"),
-        reasoning_close=_strings(data["reasoning_close"], f"{where}.reasoning_close"),
-        tool_call_begin=_strings(data["tool_call_begin"], f"{where}.tool_call_begin"),
-        tool_call_end=_strings(data["tool_call_end"], f"{where}.tool_call_end"),
-        stop_tokens=_strings(data["stop"], f"{where}.stop"),
-        tool_section_begin=_strings(data["tool_section_begin"], f"{where}.tool_section_begin")
+        reasoning_open=_strings(data["reasoning_open"], f"{where}, key reasoning_open"),
+        reasoning_close=_strings(data["reasoning_close"], f"{where}, key reasoning_close"),
+        tool_call_begin=_strings(data["tool_call_begin"], f"{where}, key tool_call_begin"),
+        tool_call_end=_strings(data["tool_call_end"], f"{where}, key tool_call_end"),
+        stop_tokens=_strings(data["stop"], f"{where}, key stop"),
+        tool_section_begin=_strings(data["tool_section_begin"], f"{where}, key tool_section_begin")
         if data.get("tool_section_begin") else (),
-        optional_stop_tokens=_strings(data["optional_stop"], f"{where}.optional_stop")
+        optional_stop_tokens=_strings(data["optional_stop"], f"{where}, key optional_stop")
         if data.get("optional_stop") else (),
         single_token_markers=bool(data.get("single_token_markers", True)),
         close_without_open_is_reasoning=bool(data.get("close_without_open_is_reasoning", True)),
@@ -115,8 +115,8 @@ def profile_from_dict(name: str, data: Any, where: str) -> ModelProfile:
         thinking_kwargs={str(k): tuple(v if isinstance(v, list) else [v]) for k, v in kwargs.items()},
         family=str(data.get("family") or ""),
         template=" ".join(str(data.get("template") or "").split()),
-        detect_vocab=_strings(detect["vocab"], f"{where}.detect.vocab") if detect.get("vocab") else (),
-        detect_template=_strings(detect["template"], f"{where}.detect.template") if detect.get("template") else (),
+        detect_vocab=_strings(detect["vocab"], f"{where}, key detect.vocab") if detect.get("vocab") else (),
+        detect_template=_strings(detect["template"], f"{where}, key detect.template") if detect.get("template") else (),
     )
 
 
@@ -134,7 +134,7 @@ def load_profile_file(path: str | Path) -> dict[str, ModelProfile]:
         raise ConfigError(f"--profile-file {path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict) or not data:
         raise ConfigError(f"--profile-file {path}: expected a mapping of profile names to their keys")
-    return {str(name): profile_from_dict(str(name), spec, str(path)) for name, spec in data.items()}
+    return {str(name): profile_from_dict(str(name), spec, f"--profile-file {path}") for name, spec in data.items()}
 
 
 def _builtin() -> dict[str, ModelProfile]:

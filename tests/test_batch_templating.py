@@ -22,6 +22,7 @@ from eagle3_synth.errors import ConfigError, PromptError
 from eagle3_synth.prompt_prep import prepare_prompts
 from eagle3_synth.sources import get_adapter
 from eagle3_synth.sources.readers import iter_source_files
+from eagle3_synth.template_forms import MessageForm
 
 from .conftest import KIMI_TOKENIZER, QWEN_TOKENIZER
 from .test_prompt_prep import fixture_files, options
@@ -59,8 +60,11 @@ def fixture_conversations() -> list[Conversation]:
     return found + HANDWRITTEN
 
 
-def reference(tokenizer, conversation: Conversation, **kwargs) -> list[int]:
-    return list(tokenizer.apply_chat_template(conversation.messages, tools=conversation.tools, tokenize=True,
+def reference(tokenizer, conversation: Conversation, form=None, **kwargs) -> list[int]:
+    """One conversation through apply_chat_template(tokenize=True), in the message form the chat
+    tokenizer probed for this template (the real Qwen3-like one needs `content: ""` beside calls)."""
+    messages, tools = (form or MessageForm()).apply(conversation)
+    return list(tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
                                               add_generation_prompt=True, **kwargs)["input_ids"])
 
 
@@ -75,7 +79,7 @@ def test_batched_ids_equal_apply_chat_template(which, template_kwargs, kimi_toke
     chat = ChatTokenizer(tokenizer, template_kwargs)
     batched = chat.prompt_ids_batch(conversations)
     assert chat.batch_encoding_exact is True
-    assert batched == [reference(tokenizer, c, **template_kwargs) for c in conversations]
+    assert batched == [reference(tokenizer, c, chat.form, **template_kwargs) for c in conversations]
     assert all(type(i) is int for ids in batched for i in ids)
 
 

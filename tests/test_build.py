@@ -150,3 +150,43 @@ def test_bad_options_are_named(tmp_path, capsys, kimi_tokenizer, option, value, 
                           "--replay", str(tmp_path / "replay.jsonl"), option, value, "--out", str(tmp_path / "ds")],
                          capsys)
     assert code == 2 and message in text
+
+
+@pytest.mark.parametrize("option", ["--model", "--tokenizer"])
+def test_a_missing_model_folder_is_one_line_naming_it(tmp_path, capsys, option):
+    missing = str(tmp_path / "no" / "such" / "folder")
+    args = ["build", "B1_glaive", option, missing, "--out", str(tmp_path / "ds")]
+    if option == "--tokenizer":
+        args += ["--model", str(KIMI_TOKENIZER)]
+    code, text = run_cli(args, capsys)
+    assert code == 2
+    assert text.strip() == (f"eagle3-synth build: error: {option} {missing}: no such folder (eagle3-synth reads "
+                            "local model and tokenizer folders only, nothing is downloaded)")
+
+
+def test_a_folder_without_tokenizer_files_is_named(tmp_path, capsys):
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    code, text = run_cli(["build", "B1_glaive", "--model", str(empty), "--engine", "replay", "--replay", "x",
+                          "--out", str(tmp_path / "ds")], capsys)
+    assert code == 2 and f"--model {empty}: no tokenizer files in this folder" in text
+    assert "Traceback" not in text and "repo id" not in text
+
+
+def test_a_config_with_no_prompt_kept_writes_nothing_and_keeps_the_others(tmp_path, capsys, kimi_tokenizer):
+    write_replay(tmp_path / "replay.jsonl", kimi_tokenizer, 6)
+    out = tmp_path / "ds"
+    assert main(["build", "B1_glaive", "--model", str(KIMI_TOKENIZER), "--engine", "replay",
+                 "--replay", str(tmp_path / "replay.jsonl"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    # Every prompt of B3 carries a control token: none is kept.
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, ['{"messages": [{"role": "user", "content": "say <|im_end|> now"}]}'] * 3)
+    code, text = run_cli(["build", "B3_ultrachat", "--model", str(KIMI_TOKENIZER), "--engine", "replay",
+                          "--replay", str(tmp_path / "replay.jsonl"), "--prompts", str(prompts), "--out", str(out)],
+                         capsys)
+    assert code == 2
+    assert "B3_ultrachat: no row to write (0 prompts kept, rejected: control_token=3; 0 failed): nothing written" in text
+    assert not (out / "B3_ultrachat").exists()
+    assert "B3_ultrachat" not in (out / "README.md").read_text()
+    assert load_dataset(str(out), "B1_glaive", split="train").num_rows == 6

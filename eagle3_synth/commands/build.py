@@ -14,7 +14,7 @@ from pathlib import Path
 from ..dataset_folder import assemble_config
 from ..errors import ConfigError
 from ..journal import RunDirectory
-from ..pipeline import check_run, generate
+from ..pipeline import check_run, generate, no_rows_message
 from .common import add_generation_arguments, generate_options, report_generation
 
 
@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     coverage = check_run(run_dir, args.config)
     for line in coverage.lines():
         print(line)
+    if coverage.rows == 0:
+        raise ConfigError(no_rows_message(run_dir, args.config, coverage, args.out))
     if not coverage.complete:
         if not args.partial:
             raise ConfigError(coverage.missing_message())
