@@ -59,6 +59,16 @@ def _tail(tokenizer: Any, ids: Sequence[int]) -> str:
     return "..." + json.dumps(tokenizer.decode(list(ids[-_TAIL_TOKENS:])), ensure_ascii=False)
 
 
+def _change(tokenizer: Any, base: Sequence[int], ids: Sequence[int]) -> str:
+    """What a kwarg changed: the new tail, or -- when the prompt ends the same (gpt-oss's
+    `reasoning_effort` is in the system message) -- the text around the first difference."""
+    if list(ids[-_TAIL_TOKENS:]) != list(base[-_TAIL_TOKENS:]):
+        return _tail(tokenizer, ids)
+    first = next((i for i, (a, b) in enumerate(zip(base, ids)) if a != b), min(len(base), len(ids)))
+    window = tokenizer.decode(list(ids[max(first - 2, 0):first + 6]))
+    return f"same ending; changes the prompt at token {first}: ...{json.dumps(window, ensure_ascii=False)}..."
+
+
 def _marker_lines(vocab: Vocabulary, profile: ModelProfile, markers: MarkerIds) -> list[str]:
     lines = []
     for role in MARKER_ROLES:
@@ -100,7 +110,7 @@ def _reasoning_lines(chat: ChatTokenizer, profile: ModelProfile, markers: Marker
                 continue
             if ids == base:
                 continue
-            lines.append(f"{name}={json.dumps(value)}: {_tail(chat.tokenizer, ids)}; "
+            lines.append(f"{name}={json.dumps(value)}: {_change(chat.tokenizer, base, ids)}; "
                          f"{'opens reasoning' if opens else 'does not open reasoning'}")
     if len(lines) == 1:
         lines.append("no known kwarg (thinking, enable_thinking, reasoning_effort) changes the generation prompt")
