@@ -23,6 +23,7 @@ from typing import Any
 
 from .conversation import Conversation
 from .errors import ConfigError, PromptError
+from .profiles import ModelProfile
 from .template_forms import MessageForm, ProbeReport, probe_message_form
 
 log = logging.getLogger(__name__)
@@ -104,12 +105,13 @@ def check_template_date(date: str) -> str:
 class ChatTokenizer:
     """Renders conversations to prompt ids with fixed template kwargs, message form and date.
 
-    `form` (template_forms.MessageForm) is how conversations are handed to this template;
-    `template_date` pins what a date-writing template (gpt-oss) renders as today.
+    `form` (template_forms.MessageForm) is how conversations are handed to this template (probed
+    when not given, with `profile`'s settings); `template_date` pins what a date-writing template
+    (gpt-oss) renders as today.
     """
 
     def __init__(self, tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None, *,
-                 form: MessageForm | None = None, tool_description: str | None = None,
+                 form: MessageForm | None = None, profile: ModelProfile | None = None,
                  template_date: str | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise PromptError("the tokenizer has no chat_template; eagle3-synth needs the model's own template")
@@ -117,11 +119,12 @@ class ChatTokenizer:
         self.template_kwargs = dict(template_kwargs or {})
         self.template_date = template_date if template_uses_date(tokenizer) else None
         self.form = MessageForm()
-        # Without a recorded form, probe the template for the one it renders (`tool_description`:
-        # the profile's documented system-prompt tool description, for templates that ignore tools).
+        # Without a recorded form, probe the template for the one it renders, with the profile's
+        # documented tool description (for templates that ignore tools) and reasoning field.
         self.probe: ProbeReport | None = None
         if form is None:
-            self.probe = probe_message_form(self, tool_description)
+            self.probe = probe_message_form(self, profile.tool_description if profile else None,
+                                            profile.reasoning_field if profile else "reasoning_content")
             form = self.probe.form
         self.form = form
         # None until the first batch was compared with apply_chat_template(tokenize=True).

@@ -156,7 +156,7 @@ def diagnose(tokenizer: Any, *, model_path: str, profile_name: str = "auto", pro
     report.add("profile", f"{profile.name}: {profile.family} ({why})")
     report.add("markers", *_marker_lines(Vocabulary(tokenizer), profile, markers))
     date = (template_date or today()) if template_uses_date(tokenizer) else None
-    chat = ChatTokenizer(tokenizer, template_kwargs, tool_description=profile.tool_description, template_date=date)
+    chat = ChatTokenizer(tokenizer, template_kwargs, profile=profile, template_date=date)
     report.add("generation", *_reasoning_lines(chat, profile, markers))
     form, probe = chat.form, chat.probe
     if form.tools_rendered:

@@ -231,8 +231,7 @@ def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None)
     markers = resolve_markers(profile, tokenizer)
     run = RunDirectory(options.run_dir)
     chat = ChatTokenizer(tokenizer, {**options.config.template_kwargs, **options.template_kwargs},
-                         tool_description=profile.tool_description,
-                         template_date=options.template_date or recorded_template_date(run) or today())
+                         profile=profile, template_date=options.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
                     "history will be %s", "; ".join(chat.probe.lines()),

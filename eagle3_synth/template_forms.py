@@ -45,6 +45,9 @@ class MessageForm:
     # documented system-prompt description used instead (None: prompts with tools are rejected).
     tools_rendered: bool = True
     tool_description: str | None = None
+    # The message field this family's template reads earlier reasoning from: `reasoning_content`
+    # (what adapters write), or gpt-oss's `thinking`, where the field is renamed when templating.
+    reasoning_field: str = "reasoning_content"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +69,9 @@ class MessageForm:
         return messages, tools
 
     def _message(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.reasoning_field != "reasoning_content" and "reasoning_content" in message \
+                and self.reasoning_field not in message:
+            message = {(self.reasoning_field if k == "reasoning_content" else k): v for k, v in message.items()}
         calls = message.get("tool_calls")
         if not calls or (self.call_content == "as_given" and self.arguments == "as_given"):
             return message
@@ -152,10 +158,13 @@ def tools_rendered(chat: "ChatTokenizer") -> bool:
     return with_tools != without
 
 
-def probe_message_form(chat: "ChatTokenizer", tool_description: str | None) -> ProbeReport:
-    """The form this template renders (see the module doc); `tool_description` is the profile's."""
+def probe_message_form(chat: "ChatTokenizer", tool_description: str | None,
+                       reasoning_field: str = "reasoning_content") -> ProbeReport:
+    """The form this template renders (see the module doc); `tool_description` and
+    `reasoning_field` are the profile's."""
     rendered = tools_rendered(chat)
-    tools = {"tools_rendered": rendered, "tool_description": None if rendered else tool_description}
+    tools = {"tools_rendered": rendered, "tool_description": None if rendered else tool_description,
+             "reasoning_field": reasoning_field}
     outcomes: dict[str, str] = {}
     choice: tuple[str, str, bool] | None = None  # (content, arguments, faithful)
     fallback: tuple[str, str, bool] | None = None

@@ -25,7 +25,7 @@ from .boundaries import find_boundaries, prompt_opens_reasoning
 from .chat import ChatTokenizer
 from .conversation import validate_conversation
 from .errors import PromptError
-from .profiles import MarkerIds
+from .profiles import MarkerIds, ModelProfile
 from .template_forms import MessageForm
 from .records import FINISH_REASONS
 
@@ -55,12 +55,11 @@ class RowValidator:
     """Checks single rows; holds the tokenizer, its markers and the template kwargs."""
 
     def __init__(self, tokenizer: Any, markers: MarkerIds, template_kwargs: Mapping[str, Any] | None = None, *,
-                 form: MessageForm | None = None, tool_description: str | None = None,
+                 form: MessageForm | None = None, profile: ModelProfile | None = None,
                  template_date: str | None = None):
-        # The message form, tool description and date the data was templated with (recorded in
-        # run info); without a recorded form the template is probed again, as a run does.
-        self.chat = ChatTokenizer(tokenizer, template_kwargs, form=form, tool_description=tool_description,
-                                  template_date=template_date)
+        # The message form and date the data was templated with (recorded in run info); without a
+        # recorded form the template is probed again with the profile's settings, as a run does.
+        self.chat = ChatTokenizer(tokenizer, template_kwargs, form=form, profile=profile, template_date=template_date)
         self.markers = markers
         self.stop_ids = frozenset(markers.stop_ids)
 

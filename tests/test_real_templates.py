@@ -17,6 +17,7 @@ from datasets import load_dataset
 from eagle3_synth.chat import ChatTokenizer, load_tokenizer
 from eagle3_synth.cli import main
 from eagle3_synth.configs import BUILTIN_CONFIGS
+from eagle3_synth.conversation import Conversation
 from eagle3_synth.prompt_prep import prepare_prompts
 from eagle3_synth.profiles import PROFILES, choose_profile
 
@@ -46,7 +47,7 @@ def tokenizers():
 
 
 def chat_for(tokenizer, profile_name: str) -> ChatTokenizer:
-    return ChatTokenizer(tokenizer, tool_description=PROFILES[profile_name].tool_description, template_date="2026-12-01")
+    return ChatTokenizer(tokenizer, profile=PROFILES[profile_name], template_date="2026-12-01")
 
 
 @pytest.mark.parametrize("folder", sorted(EXPECTED))
@@ -170,3 +171,18 @@ def test_a_date_writing_template_is_pinned_per_run(tmp_path, capsys, monkeypatch
     capsys.readouterr()
     assert main(["validate", str(out), "--template-date", "2026-01-02"]) == 1
     assert "prompt_mismatch" in capsys.readouterr().out
+
+
+def test_earlier_reasoning_goes_in_the_familys_field(tokenizers):
+    """Adapters put an earlier turn's reasoning in `reasoning_content`; gpt-oss reads `thinking`."""
+    tokenizer = tokenizers["gpt_oss"]
+    chat = chat_for(tokenizer, "gpt_oss")
+    assert chat.form.reasoning_field == "thinking"
+    conversation = Conversation([
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "reasoning_content": "I should look it up.", "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "tool_call_id": "c0", "name": "get_weather", "content": "cold"}])
+    text = tokenizer.decode(chat.prompt_ids(conversation))
+    assert "<|channel|>analysis<|message|>I should look it up.<|end|>" in text
+    assert "reasoning_content" in conversation.messages[1]  # the conversation itself is not changed

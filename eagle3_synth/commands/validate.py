@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer, markers = tokenizers.get(provenance)
         validator = RowValidator(tokenizer, markers, template_kwargs(args, provenance),
                                  form=MessageForm.from_json(provenance.message_form) if provenance.message_form else None,
-                                 tool_description=data_profile(tokenizer, provenance, args.profile).tool_description,
+                                 profile=data_profile(tokenizer, provenance, args.profile),
                                  template_date=args.template_date or provenance.template_date)
         report = validate_batches(source.iter_batches(config), validator, config, workers=args.workers)
         reports.append(report)
