@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import datasets
 from datasets.utils.py_utils import classproperty
 
-from eagle3_synth.configs import CONFIGS
+from eagle3_synth.prompts.configs import CONFIGS
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.pipeline import iter_rows
-from eagle3_synth.records import FEATURES
+from eagle3_synth.run.generate import iter_rows
+from eagle3_synth.contract.row import FEATURES
 
 
 @dataclass

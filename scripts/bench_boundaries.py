@@ -16,9 +16,9 @@ import random
 import time
 from pathlib import Path
 
-from eagle3_synth.boundaries import find_boundaries, prompt_opens_reasoning
-from eagle3_synth.chat import load_tokenizer
-from eagle3_synth.profiles import PROFILES, resolve_markers
+from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
+from eagle3_synth.prompts.templating import load_tokenizer
+from eagle3_synth.contract.profiles import PROFILES, resolve_markers
 
 TOKENIZERS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizers"
 # family -> (fixture folder, text around reasoning, text of a call, stop)

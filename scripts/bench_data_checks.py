@@ -32,10 +32,10 @@ def write_dataset(out: Path, rows: int, seed: int = 0) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from eagle3_synth.chat import ChatTokenizer, load_tokenizer
-    from eagle3_synth.conversation import Conversation
-    from eagle3_synth.profiles import PROFILES, resolve_markers
-    from eagle3_synth.records import FEATURES, dumps_messages, dumps_tools, make_row
+    from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
+    from eagle3_synth.prompts.conversation import Conversation
+    from eagle3_synth.contract.profiles import PROFILES, resolve_markers
+    from eagle3_synth.contract.row import FEATURES, dumps_messages, dumps_tools, make_row
 
     tokenizer = load_tokenizer(str(TOKENIZER))
     markers = resolve_markers(PROFILES["kimi_k2"], tokenizer)

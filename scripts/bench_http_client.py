@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams  # noqa: E402
 from eagle3_synth.engines.retry import RetryPolicy  # noqa: E402
-from eagle3_synth.engines.sglang_http import SGLangHTTPEngine  # noqa: E402
+from eagle3_synth.engines.sglang.http import SGLangHTTPEngine  # noqa: E402
 from tests.support.sglang_server import server_process  # noqa: E402
 
 FLOOR = 500.0

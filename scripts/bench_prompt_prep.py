@@ -27,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eagle3_synth.chat import ChatTokenizer, load_tokenizer  # noqa: E402
-from eagle3_synth.configs import get_config  # noqa: E402
+from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer  # noqa: E402
+from eagle3_synth.prompts.configs import get_config  # noqa: E402
 from eagle3_synth.engines import EngineOptions  # noqa: E402
-from eagle3_synth.pipeline import GenerateOptions  # noqa: E402
-from eagle3_synth.prompt_prep import PromptSelection, prepare_prompts  # noqa: E402
-from eagle3_synth.sources import get_adapter  # noqa: E402
-from eagle3_synth.sources.readers import iter_source_files  # noqa: E402
+from eagle3_synth.run.generate import GenerateOptions  # noqa: E402
+from eagle3_synth.prompts.prepare import PromptSelection, prepare_prompts  # noqa: E402
+from eagle3_synth.prompts.adapters import get_adapter  # noqa: E402
+from eagle3_synth.prompts.readers import iter_source_files  # noqa: E402
 
 KEEP = {"id", "uuid", "prompt_id", "tools", "schema", "from", "role"}
 

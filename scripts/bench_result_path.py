@@ -69,8 +69,8 @@ def write_prompts(path: Path, samples: int) -> None:
 
 def write_replay(path: Path, samples: int, output_tokens: int, seed: int = 0) -> None:
     """Recorded results shaped like a reasoning model's: see the module doc."""
-    from eagle3_synth.chat import load_tokenizer
-    from eagle3_synth.profiles import get_profile, resolve_markers
+    from eagle3_synth.prompts.templating import load_tokenizer
+    from eagle3_synth.contract.profiles import get_profile, resolve_markers
 
     tokenizer = load_tokenizer(str(TOKENIZER))
     markers = resolve_markers(get_profile("auto", tokenizer), tokenizer)
@@ -130,10 +130,10 @@ def _between(start: tuple[float, float], end: tuple[float, float]) -> dict[str, 
 def child(argv: list[str]) -> None:
     """Run the command line in this process, timing its stages from inside:
     generate = [tokenizer load + prompt preparation until prompts.jsonl is written] + [result path]."""
-    import eagle3_synth.commands.build as build
-    import eagle3_synth.pipeline as pipeline
+    import eagle3_synth.cli.build as build
+    import eagle3_synth.run.generate as pipeline
     from eagle3_synth.cli import main
-    from eagle3_synth.journal import RunDirectory
+    from eagle3_synth.run.journal import RunDirectory
 
     spans: dict = {}
     RunDirectory.write_prompts = _timed("write_prompts", spans, RunDirectory.write_prompts)

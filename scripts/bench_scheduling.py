@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams  # noqa: E402
-from eagle3_synth.engines.sglang_http import SGLangHTTPEngine  # noqa: E402
+from eagle3_synth.engines.sglang.http import SGLangHTTPEngine  # noqa: E402
 from tests.support.sglang_server import ContinuousBatchingModel, server_process  # noqa: E402
 
 CAP = 10_240

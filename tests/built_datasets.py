@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle3_synth.cli import main
-from eagle3_synth.records import FEATURES
+from eagle3_synth.contract.row import FEATURES
 
 from .conftest import KIMI_TOKENIZER, QWEN_TOKENIZER
 # Special tokens by their token string, text encoded plainly: ids as a model writes them.

@@ -45,13 +45,13 @@ def qwen_tokenizer():
 
 @pytest.fixture(scope="session")
 def kimi_markers(kimi_tokenizer):
-    from eagle3_synth.profiles import PROFILES, resolve_markers
+    from eagle3_synth.contract.profiles import PROFILES, resolve_markers
 
     return resolve_markers(PROFILES["kimi_k2"], kimi_tokenizer)
 
 
 @pytest.fixture(scope="session")
 def qwen_markers(qwen_tokenizer):
-    from eagle3_synth.profiles import PROFILES, resolve_markers
+    from eagle3_synth.contract.profiles import PROFILES, resolve_markers
 
     return resolve_markers(PROFILES["qwen3"], qwen_tokenizer)

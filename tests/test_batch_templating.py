@@ -14,15 +14,15 @@ from dataclasses import replace
 
 import pytest
 
-from eagle3_synth import prompt_prep
-from eagle3_synth.chat import ChatTokenizer
-from eagle3_synth.configs import BUILTIN_CONFIGS, get_config
-from eagle3_synth.conversation import Conversation
+from eagle3_synth.prompts import prepare as prompt_prep
+from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, get_config
+from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.errors import ConfigError, PromptError
-from eagle3_synth.prompt_prep import prepare_prompts
-from eagle3_synth.sources import get_adapter
-from eagle3_synth.sources.readers import iter_source_files
-from eagle3_synth.template_forms import MessageForm
+from eagle3_synth.prompts.prepare import prepare_prompts
+from eagle3_synth.prompts.adapters import get_adapter
+from eagle3_synth.prompts.readers import iter_source_files
+from eagle3_synth.prompts.forms import MessageForm
 
 from .conftest import KIMI_TOKENIZER, QWEN_TOKENIZER
 from .test_prompt_prep import fixture_files, options

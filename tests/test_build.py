@@ -9,8 +9,8 @@ import pytest
 from datasets import List, Value, load_dataset
 
 from eagle3_synth.cli import main
-from eagle3_synth.configs import sample_prompts_path
-from eagle3_synth.records import FEATURES
+from eagle3_synth.prompts.configs import sample_prompts_path
+from eagle3_synth.contract.row import FEATURES
 
 from .conftest import KIMI_TOKENIZER, QWEN_TOKENIZER
 

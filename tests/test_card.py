@@ -16,10 +16,10 @@ import pytest
 from datasets import Features, load_dataset
 from huggingface_hub import DatasetCard
 
-from eagle3_synth import dataset_folder
-from eagle3_synth.dataset_folder import hub_license, render_card, size_category
+from eagle3_synth.dataset import folder as dataset_folder
+from eagle3_synth.dataset.folder import hub_license, render_card, size_category
 from eagle3_synth.publish import PublishOptions, publish
-from eagle3_synth.records import FEATURES
+from eagle3_synth.contract.row import FEATURES
 
 from .built_datasets import KIMI_CONFIG as B1
 from .built_datasets import QWEN_CONFIG as B3

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from eagle3_synth.chat import ChatTokenizer
-from eagle3_synth.conversation import Conversation
+from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.prompts.conversation import Conversation
 
 SPECIAL = re.compile(r"(<\|[a-z_]+\|>|</?think>)")
 

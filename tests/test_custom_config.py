@@ -11,7 +11,7 @@ import pytest
 from datasets import load_dataset
 
 from eagle3_synth.cli import main
-from eagle3_synth.configs import CONFIGS, get_config, load_config_file
+from eagle3_synth.prompts.configs import CONFIGS, get_config, load_config_file
 from eagle3_synth.errors import ConfigError
 
 from .conftest import KIMI_TOKENIZER

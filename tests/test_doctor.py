@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from eagle3_synth.cli import main
-from eagle3_synth.profiles import PROFILES
+from eagle3_synth.contract.profiles import PROFILES
 
 from .conftest import FIXTURES
 from .test_real_templates import EXPECTED

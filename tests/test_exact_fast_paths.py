@@ -15,12 +15,12 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from eagle3_synth.boundaries import ToolCallSpan, find_tool_calls
+from eagle3_synth.contract.boundaries import ToolCallSpan, find_tool_calls
 from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from eagle3_synth.engines.replay import ReplayEngine
 from eagle3_synth.errors import PromptError
-from eagle3_synth.journal import JournalIndex, RunDirectory, encode_result
-from eagle3_synth.records import PreparedPrompt
+from eagle3_synth.run.journal import JournalIndex, RunDirectory, encode_result
+from eagle3_synth.contract.row import PreparedPrompt
 
 
 def tool_calls_token_by_token(ids: list[int], begin: int, end: int) -> tuple[ToolCallSpan, ...]:

@@ -13,9 +13,9 @@ import pytest
 from eagle3_synth.cli import main
 from eagle3_synth.engines.base import GenerationResult
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.journal import JOURNAL_DIR, PROMPTS_FILE, JournalWriter, RunDirectory, Shard
-from eagle3_synth.progress import Progress, RunSummary
-from eagle3_synth.records import PreparedPrompt
+from eagle3_synth.run.journal import JOURNAL_DIR, PROMPTS_FILE, JournalWriter, RunDirectory, Shard
+from eagle3_synth.run.progress import Progress, RunSummary
+from eagle3_synth.contract.row import PreparedPrompt
 
 from .built_datasets import KIMI_CONFIG
 from .test_resume import SAMPLES, config_rows, replay_inputs
@@ -177,7 +177,7 @@ def test_progress_reports_rates_cache_in_flight_and_eta(caplog):
     summary = RunSummary(config="B1_glaive", run_dir="runs/B1", shard="shard 1 of 4")
     progress = Progress(summary, total=10, done=2, engine=FakeEngine(), stream=io.StringIO(),
                         log_every=60.0, clock=lambda: now[0])
-    with caplog.at_level(logging.INFO, logger="eagle3_synth.progress"):
+    with caplog.at_level(logging.INFO, logger="eagle3_synth.run.progress"):
         for sample_id in range(4):
             now[0] += 30.0  # one sample every 30 s, 400 output tokens each, 4 of 10 prompt tokens cached
             progress.update(result(sample_id, [1] * 400, cached=4))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_synth.boundaries import find_boundaries, prompt_opens_reasoning
-from eagle3_synth.chat import ChatTokenizer, load_tokenizer
-from eagle3_synth.conversation import Conversation
-from eagle3_synth.profiles import PROFILES, resolve_markers
+from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
+from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
+from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.contract.profiles import PROFILES, resolve_markers
 
 from .conftest import FIXTURES
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from eagle3_synth.errors import ConfigError, MarkerError
-from eagle3_synth.profiles import PROFILES, detect_profile, get_profile, resolve_markers
+from eagle3_synth.contract.profiles import PROFILES, detect_profile, get_profile, resolve_markers
 
 
 def test_auto_detects_each_family(kimi_tokenizer, qwen_tokenizer):

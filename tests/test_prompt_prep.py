@@ -13,21 +13,21 @@ from pathlib import Path
 import pytest
 from datasets import load_dataset
 
-from eagle3_synth import sources
-from eagle3_synth.chat import ChatTokenizer
+from eagle3_synth.prompts import adapters as sources
+from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.cli import main
-from eagle3_synth.configs import BUILTIN_CONFIGS, get_config
+from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, get_config
 from eagle3_synth.engines import EngineOptions
 from eagle3_synth.errors import ConfigError, PromptError
-from eagle3_synth.pipeline import GenerateOptions
-from eagle3_synth.prompt_prep import (
+from eagle3_synth.run.generate import GenerateOptions
+from eagle3_synth.prompts.prepare import (
     PromptSelection,
     model_context_length,
     prepare_prompts,
     prompt_source_identity,
     seeded_candidates,
 )
-from eagle3_synth.sources.readers import iter_source_files
+from eagle3_synth.prompts.readers import iter_source_files
 
 from .conftest import FIXTURES, KIMI_TOKENIZER, QWEN_TOKENIZER
 
@@ -53,14 +53,14 @@ def prepare(opts: GenerateOptions, tokenizer) -> tuple[list, list]:
 
 def numbered(count: int):
     def read():
-        from eagle3_synth.sources.readers import SourceRecord
+        from eagle3_synth.prompts.readers import SourceRecord
 
         return (SourceRecord("numbers", i, {"n": i}) for i in range(count))
     return read
 
 
 def order(seed: int, pool: int, count: int = 40) -> list[tuple[int, str]]:
-    from eagle3_synth.conversation import Conversation
+    from eagle3_synth.prompts.conversation import Conversation
 
     found = seeded_candidates(numbered(count), lambda r: Conversation([{"role": "user", "content": str(r["n"])}]),
                               lambda r: f"n{r['n']}", seed, pool)
@@ -226,7 +226,7 @@ def build(config: str, out: Path, replay: Path, *extra: str) -> int:
 
 @pytest.mark.parametrize("config", list(BUILTIN_CONFIGS))
 def test_every_config_builds_from_its_source_files(config, tmp_path, kimi_tokenizer, caplog):
-    caplog.set_level(logging.INFO, logger="eagle3_synth.prompt_prep")
+    caplog.set_level(logging.INFO, logger="eagle3_synth.prompts.prepare")
     write_replay(tmp_path / "replay.jsonl", kimi_tokenizer, 20)
     assert build(config, tmp_path / "ds", tmp_path / "replay.jsonl") == 0
     rejects = [json.loads(line) for line in open(tmp_path / "ds" / ".runs" / config / "rejects.jsonl", encoding="utf-8")]

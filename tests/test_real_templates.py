@@ -14,12 +14,12 @@ from collections import Counter
 import pytest
 from datasets import load_dataset
 
-from eagle3_synth.chat import ChatTokenizer, load_tokenizer
+from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
 from eagle3_synth.cli import main
-from eagle3_synth.configs import BUILTIN_CONFIGS
-from eagle3_synth.conversation import Conversation
-from eagle3_synth.prompt_prep import prepare_prompts
-from eagle3_synth.profiles import PROFILES, choose_profile
+from eagle3_synth.prompts.configs import BUILTIN_CONFIGS
+from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.prepare import prepare_prompts
+from eagle3_synth.contract.profiles import PROFILES, choose_profile
 
 from .conftest import FIXTURES
 from .test_prompt_prep import fixture_files, options
@@ -152,7 +152,7 @@ def test_a_build_on_a_real_like_template_validates(folder, tmp_path, capsys, tok
 def test_a_date_writing_template_is_pinned_per_run(tmp_path, capsys, monkeypatch, tokenizers):
     """gpt-oss writes today's date into its system message: a run records the date it templated
     with, a resume the next day uses it again, and validate re-templates with it."""
-    from eagle3_synth import pipeline
+    from eagle3_synth.run import generate as pipeline
 
     out = tmp_path / "ds"
     replay = tmp_path / "replay.jsonl"

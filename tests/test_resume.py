@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_synth.cli import main
-from eagle3_synth.commands.common import EXIT_RESUMABLE
-from eagle3_synth.journal import KILL_ENV, RunDirectory
+from eagle3_synth.cli.options import EXIT_RESUMABLE
+from eagle3_synth.run.journal import KILL_ENV, RunDirectory
 
 from .built_datasets import KIMI_CONFIG, kimi_outputs, write_prompts
 from .conftest import KIMI_TOKENIZER
@@ -73,7 +73,7 @@ def _cli(argv: list[str], kill_at: str | None, output: str | None) -> None:
 _CONTEXT = multiprocessing.get_context("forkserver")
 # Everything a build imports, tokenizer machinery included (transformers imports it lazily).
 _CONTEXT.set_forkserver_preload([
-    "eagle3_synth.cli", "eagle3_synth.commands.build", "eagle3_synth.commands.generate", "eagle3_synth.dataset_folder",
+    "eagle3_synth.cli", "eagle3_synth.cli.build", "eagle3_synth.cli.generate", "eagle3_synth.dataset.folder",
     "builders", "transformers.models.auto.tokenization_auto", "transformers.tokenization_utils_tokenizers",
     "transformers.convert_slow_tokenizer", "transformers.models.auto.modeling_auto", __name__,
 ])

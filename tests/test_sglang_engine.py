@@ -24,11 +24,11 @@ from datasets import load_dataset
 
 from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
-from eagle3_synth.engines import sglang_engine
+from eagle3_synth.engines.sglang import engine as sglang_engine
 from eagle3_synth.engines.retry import RetryPolicy
-from eagle3_synth.engines.sglang_args import FieldSpec, type_engine_args
+from eagle3_synth.engines.sglang.args import FieldSpec, type_engine_args
 from eagle3_synth.errors import ConfigError, EngineError
-from eagle3_synth.records import FEATURES
+from eagle3_synth.contract.row import FEATURES
 
 from .conftest import KIMI_TOKENIZER
 from .support import sglang_results as R
@@ -137,7 +137,7 @@ def test_bad_engine_args_name_the_option(raw, message):
 def test_engine_args_against_the_installed_server_args():
     from sglang.srt.server_args import ServerArgs
 
-    from eagle3_synth.engines.sglang_args import server_args_fields
+    from eagle3_synth.engines.sglang.args import server_args_fields
 
     fields = server_args_fields(ServerArgs)
     typed = type_engine_args({"tp_size": 2, "mem_fraction_static": 0.8, "schedule_policy": "lpm"}, fields)
@@ -183,7 +183,7 @@ def test_launch_without_model_is_a_config_error():
 
 
 def test_a_bad_window_is_refused_before_the_engine_starts():
-    from eagle3_synth.engines.sglang_processes import child_pids
+    from eagle3_synth.engines.sglang.processes import child_pids
 
     before = child_pids()
     cls = FakeEngine.configure(lambda ids, sp: stop_reply(ids), FIELD_NAMES)
@@ -334,7 +334,7 @@ def test_exit_without_close_still_spares_the_callers_children(tmp_path):
         from tests.support.fake_sglang import Engine
         from tests.test_sglang_engine import FIELDS, FIELD_NAMES, stop_reply
         from eagle3_synth.engines import EngineOptions
-        from eagle3_synth.engines.sglang_engine import launch
+        from eagle3_synth.engines.sglang.engine import launch
 
         if __name__ == "__main__":
             mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],

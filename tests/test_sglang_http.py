@@ -16,9 +16,9 @@ from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
-from eagle3_synth.engines.sglang_http import SGLangHTTPEngine, normalize_urls
+from eagle3_synth.engines.sglang.http import SGLangHTTPEngine, normalize_urls
 from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
-from eagle3_synth.records import FEATURES
+from eagle3_synth.contract.row import FEATURES
 
 from .conftest import KIMI_TOKENIZER, TINY_MODEL
 from .support import sglang_results as R

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eagle3_synth.chat import ChatTokenizer
-from eagle3_synth.configs import BUILTIN_CONFIGS
-from eagle3_synth.conversation import Conversation, assistant_message, prompt_turns
+from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.prompts.configs import BUILTIN_CONFIGS
+from eagle3_synth.prompts.conversation import Conversation, assistant_message, prompt_turns
 from eagle3_synth.errors import ConfigError, PromptError
-from eagle3_synth.sources import ADAPTERS, get_adapter
-from eagle3_synth.sources.readers import iter_json_array, iter_source_files
+from eagle3_synth.prompts.adapters import ADAPTERS, get_adapter
+from eagle3_synth.prompts.readers import iter_json_array, iter_source_files
 
 from .conftest import FIXTURES
 

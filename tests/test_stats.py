@@ -9,8 +9,8 @@ import pytest
 from datasets import load_dataset
 
 from eagle3_synth.cli import main
-from eagle3_synth.rows import open_source
-from eagle3_synth.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths
+from eagle3_synth.dataset.stores import open_source
+from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths
 
 from .built_datasets import KIMI_CONFIG, QWEN_CONFIG, checks_dataset
 from .conftest import KIMI_TOKENIZER

@@ -6,7 +6,7 @@ import pytest
 from datasets import load_dataset
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.training import loss_mask, training_example, training_map_fn
+from eagle3_synth.tools.training import loss_mask, training_example, training_map_fn
 
 from .built_datasets import KIMI_CONFIG, checks_dataset
 

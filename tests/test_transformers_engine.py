@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3_synth.chat import ChatTokenizer
-from eagle3_synth.conversation import Conversation
+from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.engines.transformers_engine import cut_after_stop
 
@@ -42,7 +42,7 @@ def requests_for(tokenizer) -> list[GenerationRequest]:
 
 def stop_ids(tokenizer) -> tuple[int, ...]:
     """The kimi_k2 profile's stop ids, as the build command uses them."""
-    from eagle3_synth.profiles import PROFILES, resolve_markers
+    from eagle3_synth.contract.profiles import PROFILES, resolve_markers
 
     return resolve_markers(PROFILES["kimi_k2"], tokenizer).stop_ids
 
@@ -108,7 +108,7 @@ def test_build_with_the_tiny_model_stores_what_the_model_generated(tiny, tmp_pat
     from datasets import load_dataset
 
     from eagle3_synth.cli import main
-    from eagle3_synth.configs import sample_prompts_path
+    from eagle3_synth.prompts.configs import sample_prompts_path
 
     tokenizer, model = tiny
     out = tmp_path / "ds"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from ..errors import ConfigError
-from .base import Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.engines.base import Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 
 # name -> "module:factory"; the factory takes EngineOptions and returns an Engine.
 ENGINES: dict[str, str] = {
     "transformers": "eagle3_synth.engines.transformers_engine:create",
     "replay": "eagle3_synth.engines.replay:create",
-    "sglang": "eagle3_synth.engines.sglang_engine:create",
-    "sglang-http": "eagle3_synth.engines.sglang_http:create",
+    "sglang": "eagle3_synth.engines.sglang.engine:create",
+    "sglang-http": "eagle3_synth.engines.sglang.http:create",
 }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import ConfigError
+from eagle3_synth.errors import ConfigError
 
 
 def check_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Iterator
 
 import orjson
 
-from ..errors import ConfigError
-from ..records import FINISH_REASONS
-from .base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.contract.row import FINISH_REASONS
+from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 
 
 _SAMPLE_ID = re.compile(rb'"sample_id"\s*:\s*(-?\d+)')

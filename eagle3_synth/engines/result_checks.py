@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import EngineError
-from .base import GenerationRequest, GenerationResult, abort_result
+from eagle3_synth.errors import EngineError
+from eagle3_synth.engines.base import GenerationRequest, GenerationResult, abort_result
 
 _FINISH_TYPES = ("stop", "length", "abort")
 

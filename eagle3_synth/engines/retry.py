@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..errors import ConfigError, TransientEngineError
+from eagle3_synth.errors import ConfigError, TransientEngineError
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-from ..errors import ConfigError
-from .base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams
 
 
 def cut_after_stop(new_ids: list[int], stop_ids: tuple[int, ...], max_new_tokens: int) -> tuple[list[int], str]:

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..dataset_folder import DEFAULT_CONFIG, built_configs
-from ..errors import ConfigError
-from .checks import Tokenizers, check_folder, config_provenance
-from .hub import PublishError, Released, check_tag_is_free, release
-from .tree import (
+from eagle3_synth.dataset.folder import DEFAULT_CONFIG, built_configs
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance
+from eagle3_synth.publish.hub import PublishError, Released, check_tag_is_free, release
+from eagle3_synth.publish.tree import (
     PREVIEW_COLUMNS,
     StagedTree,
     TreeLimits,

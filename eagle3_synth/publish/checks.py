@@ -15,17 +15,17 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ..dataset_folder import config_files, run_info_path
-from ..errors import ConfigError
-from ..records import FEATURES
-from ..rows import (
+from eagle3_synth.dataset.folder import config_files, run_info_path
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.dataset.stores import (
     FolderSource,
     Provenance,
     data_markers,
     data_tokenizer,
     provenance_from_run_file,
 )
-from ..validate import RowValidator, validate_rows
+from eagle3_synth.tools.validate import RowValidator, validate_rows
 
 CONTRACT_SCHEMA = FEATURES.arrow_schema.remove_metadata()
 

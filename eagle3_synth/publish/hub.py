@@ -22,8 +22,8 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 from huggingface_hub.hf_api import RepoFile
 
-from ..errors import ConfigError, Eagle3SynthError
-from .tree import StagedTree
+from eagle3_synth.errors import ConfigError, Eagle3SynthError
+from eagle3_synth.publish.tree import StagedTree
 
 REPO_TYPE = "dataset"
 KEEP = (".gitattributes",)  # repo housekeeping the Hub creates; never deleted by a release

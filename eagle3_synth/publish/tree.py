@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from datasets import Features, Value
 from huggingface_hub import DatasetCard
 
-from ..dataset_folder import (
+from eagle3_synth.dataset.folder import (
     RUN_INFO_FILE,
     config_data_files,
     config_files,
@@ -40,8 +40,8 @@ from ..dataset_folder import (
     read_run_info,
     render_card,
 )
-from ..errors import ConfigError
-from ..records import FEATURES
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.contract.row import FEATURES
 
 FIGURES_DIR = "figures"
 PREVIEW_COLUMNS = ("prompt_preview", "output_preview")
@@ -206,7 +206,7 @@ def stage_tree(
     echo: Callable[[str], None] = print,
 ) -> StagedTree:
     """Write the release tree of `configs` from `folder` into the empty folder `root`."""
-    from ..stats import plot_output_lengths
+    from eagle3_synth.dataset.stats import plot_output_lengths
 
     features = features_with_previews(preview_chars)
     tree = StagedTree(root=root, configs=list(configs), num_rows={}, features=features)

@@ -1,0 +1,33 @@
+"""`eagle3-synth generate CONFIG --run-dir URL [--num-shards N --shard-index I]`: generate only.
+
+Journals results into the run directory (a local path or any fsspec URL) and writes no dataset, so
+many nodes can share a config: each runs one shard (the samples with sample_id % N == I) against
+the same --run-dir. Re-running the same command after any crash continues where it stopped. When
+every shard is done, `eagle3-synth build CONFIG --run-dir URL --out DIR` assembles the dataset.
+Exit status 75 means it stopped early (--max-hours, SIGTERM) and the shard is not finished yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from eagle3_synth.run.generate import generate
+from eagle3_synth.cli.options import add_generation_arguments, generate_options, report_generation
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "generate",
+        help="generate one shard of a config into a run directory (no dataset written)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_generation_arguments(parser, sharded=True)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    status = report_generation(generate(generate_options(args, args.run_dir)))
+    if status == 0:
+        print(f"when every shard is done: eagle3-synth build {args.config} --run-dir {args.run_dir} --out DIR")
+    return status

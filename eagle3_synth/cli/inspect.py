@@ -1,0 +1,68 @@
+"""`eagle3-synth inspect DIR CONFIG`: decode samples with their boundaries marked.
+
+Pick samples with `--sample ID...`, `--random K`, `--shortest K`, `--longest K` and/or
+`--where 'think_end == -1'` (which alone shows the first `--first K` matches). Regions are coloured
+on a terminal and tagged `[reasoning 0:41]...[/reasoning]` everywhere, so output can be grepped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from eagle3_synth.tools.render import render_row
+from eagle3_synth.tools.where import parse_where, select_samples
+from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
+
+DEFAULT_FIRST = 5
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("inspect", help="decode samples with reasoning, response, tool calls and stop marked",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_source_argument(parser)
+    parser.add_argument("config", metavar="CONFIG", help="config name, e.g. B1_glaive")
+    pick = parser.add_argument_group("which samples (combined; default: the first one)")
+    pick.add_argument("--sample", type=int, nargs="+", default=[], metavar="ID", help="sample ids")
+    pick.add_argument("--random", type=int, metavar="K", help="K random samples (see --seed)")
+    pick.add_argument("--shortest", type=int, metavar="K", help="the K samples with the fewest output tokens")
+    pick.add_argument("--longest", type=int, metavar="K", help="the K samples with the most output tokens")
+    pick.add_argument("--where", metavar="EXPR",
+                      help="only rows matching, e.g. 'think_end == -1', 'len(tool_calls) > 1 and finish_reason == \"stop\"'")
+    pick.add_argument("--first", type=int, metavar="K", help=f"the first K samples (default with --where alone: {DEFAULT_FIRST})")
+    pick.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
+    show = parser.add_argument_group("display")
+    show.add_argument("--ids", action="store_true", help="show each token's id beside its text")
+    show.add_argument("--no-messages", action="store_true", help="do not print the prompt messages")
+    show.add_argument("--colour", "--color", choices=["auto", "always", "never"], default="auto",
+                      help="colour regions (auto: on a terminal, unless NO_COLOR is set)")
+    add_tokenizer_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    source, config = open_config(args)
+    where = parse_where(args.where) if args.where else None
+    picks = (args.random, args.shortest, args.longest, args.first)
+    first = args.first if args.first else (DEFAULT_FIRST if where and not any(picks) else None)
+    if not args.sample and not where and not any(picks):
+        first = 1
+    ids = list(args.sample)
+    note = ""
+    if first or any(picks):
+        columns = {"sample_id", "completion_tokens", *(where.columns if where else ())}
+        selection = select_samples(source.table(config, sorted(columns)), where=where, random=args.random,
+                                   shortest=args.shortest, longest=args.longest, first=first, seed=args.seed)
+        ids += [i for i in selection.sample_ids if i not in ids]
+        note = (f", {selection.matched} of {selection.total} rows match {where.text!r}" if where
+                else f", {selection.total} rows")
+    print(f"{config} in {source.location} ({source.kind}){note}; showing {len(ids)}")
+    if not ids:
+        return 0
+    tokenizer, _ = TokenizerCache(args).get(source.provenance(config))
+    colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    for row in source.rows_by_id(config, ids):
+        print()
+        print(render_row(row, tokenizer, colour=colour, show_ids=args.ids, show_messages=not args.no_messages))
+    return 0

@@ -1,0 +1,1 @@
+"""The data contract: model profiles and markers, boundary columns, the row."""

@@ -1,0 +1,1 @@
+"""The Hub-layout dataset folder: layout, provenance, stats, card, reading rows back."""

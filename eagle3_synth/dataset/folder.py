@@ -1,0 +1,380 @@
+"""The Hub-layout dataset folder: `<config>/train-*.parquet`, per-config provenance, README.md card.
+
+The same folder loads locally with `load_dataset(folder, config)` and is what gets published, so
+the README front matter (`configs`, `dataset_info`) is always rendered from the Parquet files that
+are actually there. The card body is rendered from `dataset_card.md` with the figures people want
+before downloading (counts, length quantiles, shares) and the provenance of every config, which
+`build` copies from the run directory into `<config>/run_info.json` so it travels with the data.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from datasets import DatasetInfo, Features
+from datasets.info import DatasetInfosDict
+from datasets.splits import SplitDict, SplitInfo
+from datasets.utils.metadata import MetadataConfigs
+from huggingface_hub import DatasetCardData
+
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.contract.row import FEATURES
+
+CARD_TEMPLATE = Path(__file__).resolve().parents[2] / "dataset_card.md"
+DEFAULT_CONFIG = "B1_glaive"
+RUN_INFO_FILE = "run_info.json"
+PRETTY_NAME = "eagle3-synth"
+TAGS = ["eagle3", "speculative-decoding", "synthetic", "reasoning", "tool-calling"]
+_LICENSE_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+_PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
+_HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
+
+
+def config_data_files(config: str) -> list[dict[str, str]]:
+    return [{"split": "train", "path": f"{config}/train-*.parquet"}]
+
+
+def built_configs(folder: Path) -> list[str]:
+    """Configs with Parquet files in the folder, sorted (B1 before B2 ...)."""
+    return sorted({p.parent.name for p in Path(folder).glob("*/train-*.parquet") if not p.parent.name.startswith(".")})
+
+
+def config_files(folder: Path, config: str) -> list[Path]:
+    """A config's Parquet shards in order (the names sort as `train-00000-of-N`, `train-00001-of-N`)."""
+    return sorted((Path(folder) / config).glob("train-*.parquet"))
+
+
+def parquet_rows(files: Sequence[Path]) -> int:
+    """Rows in Parquet files, from their footers only."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def install_parquet_files(sources: list[str], folder: Path, config: str) -> list[Path]:
+    """Move freshly written Parquet shards into `<folder>/<config>/` as `train-XXXXX-of-YYYYY`.
+
+    The new files are staged beside the old ones and swapped in with renames, so an interrupted
+    build never leaves a config half old, half new.
+    """
+    target = folder / config
+    staging = Path(tempfile.mkdtemp(prefix=f".{config}-", dir=folder))
+    staging.chmod(0o755)  # mkdtemp makes it private; the published folder should not be
+    total = len(sources)
+    installed = []
+    for i, source in enumerate(sorted(sources)):
+        dest = staging / f"train-{i:05d}-of-{total:05d}.parquet"
+        shutil.move(source, dest)
+        installed.append(target / dest.name)
+    old = None
+    if target.exists():
+        old = folder / f".{config}-old"
+        if old.exists():
+            shutil.rmtree(old)
+        target.rename(old)
+    staging.rename(target)
+    if old is not None:
+        shutil.rmtree(old)
+    return installed
+
+
+# -- provenance --------------------------------------------------------------------------------------
+def display_name(location: str | None) -> str | None:
+    """A model/tokenizer as people should read it: a local folder by its name, a Hub id as is."""
+    if not location:
+        return location
+    return Path(location).name if Path(location).is_dir() else location
+
+
+def _sessions(run: Any) -> list[dict[str, Any]]:
+    """The header (first line) of every journal file: which session wrote it and when it started."""
+    headers = []
+    for path in run.journal_files():
+        with run.fs.open(path, "rb") as handle:
+            first = handle.readline()
+        try:
+            header = json.loads(first)
+        except json.JSONDecodeError:
+            continue  # an empty or torn file: it holds no results either
+        if isinstance(header, dict) and "journal" in header:
+            headers.append(header)
+    return headers
+
+
+def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
+    """Copy the run's `run.json` (fingerprint, fields, meta) into `<config>/run_info.json`.
+
+    The run directory may live anywhere (`--run-dir`, any fsspec URL) and is never published, so
+    what the card needs -- model, tokenizer, sampling, engine, versions, markers, dates -- is
+    copied beside the Parquet files. It keeps run.json's shape (a superset), so readers of
+    run.json read it too. Dates: when the first and the last generation session started (from
+    the journal headers) and when the rows were assembled; results carry no time of their own.
+    """
+    from eagle3_synth.run.journal import RunDirectory
+
+    run = RunDirectory(run_dir)
+    info = run.read_run_file()
+    meta = info.get("meta", {})
+    sessions = _sessions(run)
+    starts = sorted(h["started"] for h in sessions if h.get("started")) or [meta.get("started")]
+    info["generated"] = {
+        "started": starts[0],
+        "last_session_started": starts[-1],
+        "sessions": len({h.get("session") for h in sessions}),
+        "assembled": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    info["display"] = {"model": display_name(meta.get("model")), "tokenizer": display_name(meta.get("tokenizer"))}
+    path = Path(folder) / config / RUN_INFO_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def run_info_path(folder: Path, config: str) -> Path | None:
+    """Where the config's provenance is: `<config>/run_info.json`, else the default run dir's run.json."""
+    for path in (Path(folder) / config / RUN_INFO_FILE, Path(folder) / ".runs" / config / "run.json"):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_run_info(folder: Path, config: str) -> dict[str, Any] | None:
+    path = run_info_path(folder, config)
+    return json.loads(path.read_text(encoding="utf-8")) if path else None
+
+
+# -- front matter ------------------------------------------------------------------------------------
+def hub_license(text: str) -> str:
+    """A source's license as a Hub license id; free-text licenses ("unspecified (...)") are `unknown`."""
+    return text if _LICENSE_ID.match(text) else "unknown"
+
+
+def size_category(rows: int) -> str:
+    """The Hub's `size_categories` bucket for a row count."""
+    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+              (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
+    for bound, label in bounds:
+        if rows < bound:
+            return label
+    return "100M<n<1B"
+
+
+def card_data(configs: Sequence[str], num_rows: Mapping[str, int], features: Features = FEATURES) -> DatasetCardData:
+    """YAML front matter: one `configs` entry per config (one `default: true`) and its `dataset_info`."""
+    from eagle3_synth.prompts.configs import CONFIGS
+
+    default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else (configs[0] if configs else None)
+    # A config defined by --config-file in another process is not in this registry: license unknown.
+    licenses = sorted({hub_license(CONFIGS[c].license) if c in CONFIGS else "unknown" for c in configs}) or ["unknown"]
+    data = DatasetCardData(
+        pretty_name=PRETTY_NAME,
+        license=licenses[0] if len(licenses) == 1 else licenses,
+        tags=list(TAGS),
+        task_categories=["text-generation"],
+        size_categories=[size_category(sum(num_rows.get(c, 0) for c in configs))],
+    )
+    MetadataConfigs(
+        {
+            name: {"data_files": config_data_files(name), **({"default": True} if name == default else {})}
+            for name in configs
+        }
+    ).to_dataset_card_data(data)
+    infos = DatasetInfosDict()
+    for name in configs:
+        splits = SplitDict()
+        splits.add(SplitInfo(name="train", num_examples=num_rows.get(name, 0)))
+        infos[name] = DatasetInfo(features=features, config_name=name, splits=splits)
+    infos.to_dataset_card_data(data)
+    return data
+
+
+# -- card body ---------------------------------------------------------------------------------------
+def _configs_table(configs: Sequence[str], num_rows: Mapping[str, int]) -> str:
+    from eagle3_synth.prompts.configs import CONFIGS
+
+    lines = ["| config | samples | prompts from | what it teaches | license |", "|---|---|---|---|---|"]
+    for name in configs:
+        spec = CONFIGS.get(name)
+        if spec is None:  # a --config-file config not given to this process
+            lines.append(f"| `{name}` | {num_rows.get(name, 0)} | - | - | unknown |")
+            continue
+        source = f"[{spec.source}](https://huggingface.co/datasets/{spec.source})" if spec.source else "-"
+        lines.append(f"| `{name}` | {num_rows.get(name, 0)} | {source} | {spec.pattern or '-'} | {spec.license} |")
+    return "\n".join(lines)
+
+
+def _json_cell(value: Any) -> str:
+    if value in (None, {}, []):
+        return "-"
+    return "`" + json.dumps(value, ensure_ascii=False, sort_keys=True).replace("|", "\\|") + "`"
+
+
+def _generation_table(configs: Sequence[str], run_infos: Mapping[str, dict[str, Any] | None]) -> str:
+    """Model, tokenizer, sampling, engine, versions and dates per config, from its run_info."""
+    lines = ["| config | model | tokenizer | profile | engine | sampling | template kwargs | versions | generated (UTC) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in configs:
+        info = run_infos.get(name)
+        if not info:
+            lines.append(f"| `{name}` | not recorded | | | | | | | |")
+            continue
+        meta, fields = info.get("meta", {}), info.get("fields", {})
+        display = info.get("display", {})
+        versions = dict(meta.get("versions") or {})
+        if meta.get("eagle3_synth_version"):
+            versions.setdefault("eagle3-synth", meta["eagle3_synth_version"])
+        generated = info.get("generated") or {"started": meta.get("started")}
+        dates = generated.get("started") or "-"
+        if generated.get("assembled"):
+            dates += f" → {generated['assembled']} ({generated.get('sessions', '?')} session(s))"
+        lines.append(
+            f"| `{name}` | {display.get('model') or display_name(meta.get('model')) or '-'} "
+            f"| {display.get('tokenizer') or display_name(meta.get('tokenizer')) or '-'} "
+            f"| {fields.get('profile') or '-'} | {meta.get('engine') or '-'} | {_json_cell(fields.get('sampling'))} "
+            f"| {_json_cell(fields.get('template_kwargs'))} | {_json_cell(versions)} | {dates} |"
+        )
+    return "\n".join(lines)
+
+
+def _figures(plots: Mapping[str, str]) -> str:
+    if not plots:
+        return "Length histograms per config are added to the card when the dataset is published."
+    return "\n\n".join(f"![{name}: output length distribution]({path})" for name, path in plots.items())
+
+
+def render_card(
+    configs: Sequence[str],
+    num_rows: Mapping[str, int],
+    *,
+    stats: Sequence[Any],
+    run_infos: Mapping[str, dict[str, Any] | None],
+    repo_id: str,
+    version: str | None = None,
+    plots: Mapping[str, str] | None = None,
+    features: Features = FEATURES,
+) -> str:
+    """README.md text: front matter for `configs`, body from dataset_card.md with every figure filled.
+
+    `stats` are `stats.ConfigStats` in config order; `plots` maps a config to its PNG path in the
+    repo. A placeholder the template names but nothing fills is an error, so template and code
+    cannot drift apart silently.
+    """
+    from eagle3_synth.dataset.stats import format_stats_table
+
+    data = card_data(configs, num_rows, features)
+    if not CARD_TEMPLATE.is_file():
+        raise FileNotFoundError(f"the card template {CARD_TEMPLATE} is missing; install eagle3-synth from a "
+                                "checkout (pip install -e .), where dataset_card.md sits beside the package")
+    template = CARD_TEMPLATE.read_text(encoding="utf-8")
+    default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else configs[0]
+    values = {
+        "repo_id": repo_id,
+        "version": version or "unreleased (local build)",
+        "revision_arg": f', revision="{version}"' if version else "",
+        "default_config": default,
+        "configs_table": _configs_table(configs, num_rows),
+        # A header such as "no </think>" would be read as an HTML tag and vanish from the page.
+        "stats_table": _HTML_TAG_START.sub("&lt;", format_stats_table(list(stats), markdown=True)),
+        "generation_table": _generation_table(configs, run_infos),
+        "figures": _figures(plots or {}),
+        "extra_columns": _extra_columns(features),
+    }
+    missing = sorted(set(_PLACEHOLDER.findall(template)) - set(values))
+    if missing:
+        raise ValueError(f"{CARD_TEMPLATE} names placeholders nothing fills: {missing}")
+    body = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+    return f"---\n{data.to_yaml()}\n---\n\n{body}"
+
+
+def _extra_columns(features: Features) -> str:
+    """Rows of the column table for columns beyond the contract (the optional preview columns)."""
+    extra = [name for name in features if name not in FEATURES]
+    return "".join(
+        f"\n| `{name}` | for reading in the viewer only: the first characters of the decoded "
+        f"{name.split('_')[0]}, special tokens kept; never train on it |" for name in extra
+    )
+
+
+def folder_stats(folder: Path, configs: Sequence[str]) -> list[Any]:
+    """`stats.config_stats` per config, reading only the small scalar columns of its Parquet files."""
+    from eagle3_synth.dataset.stores import FolderSource
+    from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats
+
+    source = FolderSource(str(folder))
+    return [config_stats(source.table(c, STATS_COLUMNS), config=c) for c in configs]
+
+
+def write_readme(folder: Path, num_rows: Mapping[str, int] | None = None) -> Path:
+    """(Re)write README.md for every built config; `num_rows` are counts already known (else footers)."""
+    folder = Path(folder)
+    configs = built_configs(folder)
+    known = num_rows or {}
+    rows = {c: known[c] if c in known else parquet_rows(config_files(folder, c)) for c in configs}
+    text = render_card(
+        configs,
+        rows,
+        stats=folder_stats(folder, configs),
+        run_infos={c: read_run_info(folder, c) for c in configs},
+        repo_id=str(folder),
+    )
+    path = folder / "README.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+@contextmanager
+def _datasets_progress_bars_off() -> Iterator[None]:
+    from datasets.utils import logging as datasets_logging
+
+    was_enabled = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets_logging.enable_progress_bar()
+
+
+def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
+    """Write a config's rows from its run directory (any fsspec URL) into the folder; return (rows, files).
+
+    Staged in `.assemble-<config>`, a fixed name, so whatever a killed assembly left there is
+    cleared by the next one instead of piling up in the folder that gets published.
+    """
+    from builders import Eagle3Synth
+
+    from eagle3_synth.run.journal import RunDirectory, kill_point
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = folder / f".assemble-{config}"
+    shutil.rmtree(staging, ignore_errors=True)
+    with RunDirectory(run_dir).local_copy() as run:
+        try:
+            builder = Eagle3Synth(config_name=config, run_dir=run.url, cache_dir=str(staging / "cache"))
+            output_dir = str(staging / "out")
+            with _datasets_progress_bars_off():  # a 100k-row tqdm bar is one huge line in batch logs
+                builder.download_and_prepare(output_dir=output_dir, file_format="parquet")
+            sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
+            num_rows = builder.info.splits["train"].num_examples
+            if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
+                raise ConfigError(f"{config}: the run directory {run_dir} holds no row to write; nothing written")
+            files = install_parquet_files(sources, folder, config)
+            kill_point("assemble.installed")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        write_run_info(folder, config, run.url)
+    write_readme(folder, {config: num_rows})
+    return num_rows, files

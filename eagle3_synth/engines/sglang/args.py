@@ -1,0 +1,151 @@
+"""`--engine-arg KEY=VALUE` for the in-process SGLang engine, typed by SGLang's own `ServerArgs`.
+
+Every SGLang server argument is reachable, under its `ServerArgs` field name (`tp_size=8`,
+`mem_fraction_static=0.85`, `cuda_graph_max_bs=256`). `ServerArgs` is a `msgspec.Struct`
+(546 fields in 0.5.23), listed with `msgspec.structs.fields`; its annotations look like
+`Annotated[Optional[float], "help"]` or `Annotated[str, Arg(choices=[...])]`. Typing values here,
+before the engine starts, turns a typo into an immediate error that names the option, instead of a
+`TypeError` (unknown field) or a wrong type that surfaces minutes into a model load.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.engines.base import EngineOptions
+
+# Set from our own options, never from --engine-arg.
+RESERVED = {
+    "model_path": "--model",
+    "skip_tokenizer_init": "nothing (it is always true: prompts go in as token ids, output ids come back untouched)",
+    "trust_remote_code": "--trust-remote-code",
+}
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    type: Any
+    required: bool = False
+
+
+def server_args_fields(server_args_cls: type) -> list[FieldSpec]:
+    """The fields of SGLang's `ServerArgs` (a msgspec.Struct, so `dataclasses.fields` does not work)."""
+    import msgspec
+
+    return [FieldSpec(f.name, f.type, f.required) for f in msgspec.structs.fields(server_args_cls)]
+
+
+class _Mismatch(ValueError):
+    pass
+
+
+def _choices(metadata: Iterable[Any]) -> list[Any] | None:
+    for item in metadata:
+        choices = getattr(item, "choices", None)
+        if choices:
+            return list(choices)
+    return None
+
+
+def coerce(value: Any, annotation: Any) -> Any:
+    """`value` (already JSON-decoded where it parsed) as `annotation`; raises ValueError if it is not one."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        base, *metadata = get_args(annotation)
+        result = coerce(value, base)
+        choices = _choices(metadata)
+        if choices is not None and result is not None and result not in choices:
+            raise _Mismatch(f"must be one of {choices}")
+        return result
+    if annotation is Any or annotation is object:
+        return value
+    if origin is Union or origin is types.UnionType:
+        options = get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise _Mismatch(" or ".join(errors))
+    if origin is Literal:
+        allowed = get_args(annotation)
+        for candidate in (value, str(value)):
+            if candidate in allowed:
+                return candidate
+        raise _Mismatch(f"must be one of {list(allowed)}")
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise _Mismatch("expected true or false")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise _Mismatch("expected an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise _Mismatch("expected an integer")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch("expected a number")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        # KEY=8 or KEY={"a": 1} was JSON-decoded; a string field wants the text back.
+        return json.dumps(value) if isinstance(value, (dict, list, bool)) or value is None else str(value)
+    if origin in (list, tuple, set) or annotation in (list, tuple, set):
+        if not isinstance(value, list):
+            raise _Mismatch("expected a JSON list, e.g. [1,2,4]")
+        (item_type, *_) = get_args(annotation) or (Any,)
+        return [coerce(item, item_type) for item in value]
+    if origin is dict or annotation is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch('expected a JSON object, e.g. {"key": 1}')
+        return value
+    return value  # a struct or class of SGLang's own: passed as given, SGLang checks it
+
+
+def type_engine_args(raw: Mapping[str, Any], fields: Iterable[FieldSpec]) -> dict[str, Any]:
+    """Check each --engine-arg against the fields and convert it to the field's type."""
+    by_name = {f.name: f for f in fields}
+    typed: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in RESERVED:
+            raise ConfigError(f"--engine-arg {key}: set by {RESERVED[key]}, not by --engine-arg")
+        spec = by_name.get(key)
+        if spec is None:
+            close = difflib.get_close_matches(key, by_name, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"--engine-arg {key}: not an SGLang ServerArgs field{hint}")
+        try:
+            typed[key] = coerce(value, spec.type)
+        except ValueError as exc:
+            raise ConfigError(f"--engine-arg {key}={json.dumps(value)}: {exc}") from None
+    return typed
+
+
+def engine_kwargs(options: EngineOptions, fields: Iterable[FieldSpec]) -> dict[str, Any]:
+    """Keyword arguments for `sglang.Engine`: our fixed ones plus the typed --engine-args."""
+    if not options.model:
+        raise ConfigError("--engine sglang needs --model PATH (the model folder SGLang loads)")
+    return {
+        **type_engine_args(options.engine_args, fields),
+        "model_path": options.model,
+        "skip_tokenizer_init": True,
+        "trust_remote_code": options.trust_remote_code,
+    }

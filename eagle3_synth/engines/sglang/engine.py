@@ -1,0 +1,162 @@
+"""`sglang` engine: SGLang's offline `sglang.Engine`, in this process, fed token ids.
+
+- Started with `skip_tokenizer_init=True` (ids in, ids out, nothing decoded) and every
+  `--engine-arg` typed by SGLang's own `ServerArgs` (args.py).
+- One `async_generate` per prompt on the engine's own event loop (`Engine.loop`, to which SGLang
+  binds its response handling), at most `max_in_flight` at once, each result handed on as soon as
+  it completes (window.py), so the engine never drains between chunks.
+- A request that raises is that sample's error (`abort`, with the message); 5xx-style errors
+  (e.g. 503 "The request queue is full.") are retried first (retry.py). Every result is checked
+  (result_checks.py).
+- `close()` shuts the engine down without SGLang's kill of every child of this process, and the
+  caller's SIGTERM handler stays in charge (processes.py).
+- SGLang starts its workers with the `spawn` start method, which imports the main script again
+  in each worker: a script that builds with this engine must guard its entry point with
+  `if __name__ == "__main__":` (the `eagle3-synth` command does).
+
+SGLang is an optional extra (`pip install 'eagle3-synth[sglang]'`), imported only here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import sys
+from typing import Any
+
+from eagle3_synth.errors import ConfigError, TransientEngineError
+from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
+from eagle3_synth.engines.result_checks import check_result
+from eagle3_synth.engines.retry import RetryPolicy
+from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, server_args_fields
+from eagle3_synth.engines.sglang.processes import bind_loop_keep_sigterm, callers_sigterm, guarded_shutdown, owned_children
+from eagle3_synth.engines.sglang.protocol import RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
+from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
+
+log = logging.getLogger(__name__)
+
+SOURCE = "sglang.Engine"
+FALLBACK_MAX_IN_FLIGHT = 1024
+
+
+def default_max_in_flight(engine: Any) -> int:
+    """Twice the requests the engine runs at once, so its own queue covers our pauses.
+
+    Read from `get_server_info()` (`effective_max_running_requests_per_dp` × `dp_size`); when
+    that is not available, FALLBACK_MAX_IN_FLIGHT.
+    """
+    try:
+        info = engine.get_server_info()
+        per_dp = (info.get("internal_states") or [{}])[0].get("effective_max_running_requests_per_dp")
+        if isinstance(per_dp, int) and per_dp > 0:
+            return max(64, 2 * per_dp * int(info.get("dp_size") or 1))
+    except Exception as exc:  # an informational call; never worth failing a run for
+        log.debug("could not read the engine's running-request capacity: %s", exc)
+    return FALLBACK_MAX_IN_FLIGHT
+
+
+class SGLangEngine(WindowedEngine):
+    def __init__(self, engine: Any, *, loop: asyncio.AbstractEventLoop, owned_pids: set[int], max_in_flight: int,
+                 retry: RetryPolicy = RetryPolicy()):
+        self.engine = engine
+        self.owned_pids = owned_pids
+        self.retry = retry
+        self._loop = loop
+        self._window = InFlightWindow(loop, max_in_flight)
+        self._rids = RequestIds()
+        self._closed = False
+
+    async def _attempt(self, request: GenerationRequest, sampling: dict[str, Any], attempt: int) -> GenerationResult:
+        try:
+            response = await self.engine.async_generate(
+                input_ids=request.prompt_ids,
+                sampling_params=sampling,
+                rid=self._rids(request.sample_id, attempt),
+            )
+        except Exception as exc:
+            # SGLang raises ValueError for a bad request (400) and fastapi.HTTPException for
+            # other aborts with a status (e.g. 503 when the queue is full).
+            status = getattr(exc, "status_code", None)
+            message = f"{SOURCE}: {type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
+            if isinstance(status, int) and is_transient_status(status):
+                raise TransientEngineError(message) from exc
+            return abort_result(request, message)
+        return check_result(request, response, source=SOURCE)
+
+    async def _generate_one(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
+        sampling = sglang_sampling_params(params, request.sample_id)
+        return await result_with_retries(request, lambda attempt: self._attempt(request, sampling, attempt), self.retry)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        guarded_shutdown(self.engine, self.owned_pids)
+        if self._loop is not getattr(self.engine, "loop", None):
+            self._loop.close()
+
+
+def check_spawn_safe() -> None:
+    """Refuse to start SGLang from a worker that `spawn` started by importing an unguarded script.
+
+    SGLang's workers are spawned; each imports the main script as `__mp_main__`. A script that
+    builds at import time would start another engine inside every worker.
+    """
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__name__", None) == "__mp_main__":
+        raise ConfigError(
+            "the sglang engine was started while a spawned worker process imported the main script; "
+            "put the script's entry point under `if __name__ == \"__main__\":` (SGLang starts its "
+            "workers with the spawn method, which imports the main script again in each)"
+        )
+
+
+def import_sglang() -> tuple[type, list[FieldSpec]]:
+    """`sglang.Engine` and the `ServerArgs` fields, or a ConfigError saying how to get SGLang."""
+    try:
+        import sglang
+        from sglang.srt.server_args import ServerArgs
+    except ImportError as exc:
+        raise ConfigError(
+            f"--engine sglang needs SGLang in this environment ({exc}). On a GPU node: "
+            "pip install 'eagle3-synth[sglang]'; or start an SGLang server and use --engine sglang-http --url ..."
+        ) from None
+    return sglang.Engine, server_args_fields(ServerArgs)
+
+
+def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) -> SGLangEngine:
+    """Start `engine_cls(**kwargs)` and wrap it; the engine's processes are noted for shutdown."""
+    check_spawn_safe()
+    kwargs = engine_kwargs(options, fields)
+    if options.max_in_flight is not None:
+        check_window_size(options.max_in_flight)  # before minutes of model loading, not after
+    retry = RetryPolicy(max_retries=options.max_retries)
+    sigterm = callers_sigterm()
+    with owned_children() as owned:
+        engine = engine_cls(**kwargs)
+    try:
+        owned |= set(engine.get_all_child_pids())
+    except Exception as exc:
+        log.debug("get_all_child_pids() failed (%s); using the processes seen at launch", exc)
+    # SGLang registers an unguarded shutdown at exit; ours replaces it.
+    atexit.unregister(engine.shutdown)
+    # The loop SGLang's own sync calls use (Engine.loop); requests must run on it too.
+    loop = getattr(engine, "loop", None) or asyncio.new_event_loop()
+    bind_loop_keep_sigterm(engine, loop, sigterm)
+    wrapper = SGLangEngine(
+        engine,
+        loop=loop,
+        owned_pids=owned,
+        max_in_flight=default_max_in_flight(engine) if options.max_in_flight is None else options.max_in_flight,
+        retry=retry,
+    )
+    atexit.register(wrapper.close)
+    log.info("sglang engine started: %s (%d requests in flight at most)", options.model, wrapper.max_in_flight)
+    return wrapper
+
+
+def create(options: EngineOptions) -> SGLangEngine:
+    engine_cls, fields = import_sglang()
+    return launch(engine_cls, fields, options)

@@ -1,0 +1,82 @@
+"""A bounded in-flight window: one request per prompt, results handed on as each one completes.
+
+Why not batch calls: a batch call returns only when its slowest prompt ends (a 10,240-token tail
+keeps a whole chunk waiting while the engine drains), and one failing prompt fails the whole call.
+Keeping `size` single requests in flight, and submitting the next one as soon as any finishes,
+keeps a continuous-batching engine full until the prompts run out (see scripts/bench_scheduling.py).
+
+The window runs on a caller-given event loop in the caller's thread, between the results it
+yields: SGLang's in-process engine binds its request handling to one loop (`Engine.loop`), and
+the HTTP engine keeps its own. Set `size` above the engine's running-request capacity so that the
+engine's own queue covers the moment the consumer spends on each result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TypeVar
+
+from eagle3_synth.errors import ConfigError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def check_window_size(size: int) -> int:
+    if size < 1:
+        raise ConfigError(f"--max-in-flight must be >= 1, got {size}")
+    return size
+
+
+class InFlightWindow:
+    """Runs `start(item)` for every item, at most `size` at a time; yields results in completion order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int):
+        check_window_size(size)
+        self.loop = loop
+        self.size = size
+        self._pending: set[asyncio.Future] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet handed on (read by progress displays)."""
+        return len(self._pending)
+
+    def run(self, items: Iterable[T], start: Callable[[T], Awaitable[R]]) -> Iterator[R]:
+        """Yield `await start(item)` for each item as it completes.
+
+        `start` should turn a per-item failure into a result; an exception it raises ends the run:
+        the requests still in flight are cancelled (SGLang aborts a cancelled request) and the
+        exception propagates. Closing the iterator early cancels them the same way.
+        """
+        iterator = iter(items)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(self._pending) < self.size:
+                    item = next(iterator, _END)
+                    if item is _END:
+                        exhausted = True
+                    else:
+                        self._pending.add(self.loop.create_task(start(item)))
+                if not self._pending:
+                    return
+                done, self._pending = self.loop.run_until_complete(
+                    asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
+                )
+                for task in done:
+                    yield task.result()
+        finally:
+            self._cancel_pending()
+
+    def _cancel_pending(self) -> None:
+        pending, self._pending = self._pending, set()
+        if not pending or self.loop.is_closed():
+            return
+        for task in pending:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+_END = object()

@@ -1,0 +1,1 @@
+"""Prompts: conversations, source adapters and readers, chat templating, selection, hygiene."""

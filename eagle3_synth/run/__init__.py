@@ -1,0 +1,1 @@
+"""A run: its spec and fingerprint, run directory and journal, generation, assembly, progress."""

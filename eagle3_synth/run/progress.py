@@ -1,0 +1,237 @@
+"""What a run tells its user: live progress, the end-of-run summary, and what assembly found.
+
+Progress is per config (and shard): samples done/total, samples/s, output tokens/s, prefix-cache hit
+rate (cached / prompt tokens, as the engine reports them), requests in flight (engines that have an
+`in_flight` attribute) and ETA. On a terminal it redraws one line; otherwise (a batch job's log) it
+logs a plain line every `log_every` seconds, so a days-long run leaves a readable trail.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import numpy as np
+
+from eagle3_synth.engines.base import GenerationResult
+
+log = logging.getLogger(__name__)
+
+MAX_LISTED = 20  # errors / shards named in a message; the rest are counted
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _ratio(part: float, whole: float) -> float:
+    return part / whole if whole else 0.0
+
+
+@dataclass
+class RunSummary:
+    """What one `generate` call did, for the end-of-run summary and the exit status."""
+
+    config: str
+    run_dir: str
+    shard: str = "all samples"
+    prompts: int = 0  # prompts of this shard, prepared or rejected
+    rejected: int = 0  # could not be templated (rejects.jsonl): never generated
+    already_done: int = 0  # had a result before this call
+    failed_before: int = 0  # had only errors before this call and were not retried (no --retry-errors)
+    generated: int = 0
+    finish_reasons: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    seconds: float = 0.0  # the whole call, tokenizer and engine start-up included
+    generation_seconds: float = 0.0  # from the first request (engine up) to the end: what rates are over
+    remaining: int = 0  # samples of this shard still without a result when the call ended
+    stopped: str | None = None  # "deadline" (--max-hours) or "interrupted" (SIGTERM, Ctrl-C)
+
+    def add(self, result: GenerationResult) -> None:
+        self.generated += 1
+        self.finish_reasons[result.finish_reason] += 1
+        self.prompt_tokens += result.prompt_tokens
+        self.output_tokens += result.completion_tokens
+        self.cached_tokens += result.cached_tokens
+        if result.finish_reason == "abort":
+            self.errors.append(f"sample_id {result.sample_id}: {result.error or 'aborted by the engine'}")
+
+    def lines(self) -> list[str]:
+        where = self.config if self.shard == "all samples" else f"{self.config} {self.shard}"
+        lines = [
+            f"{where}: {self.prompts} prompts ({self.rejected} rejected), {self.already_done} already in "
+            f"{self.run_dir}, {self.generated} generated in {format_duration(self.generation_seconds)} "
+            f"({_ratio(self.generated, self.generation_seconds):.2f} samples/s, "
+            f"{_ratio(self.output_tokens, self.generation_seconds):.1f} output tokens/s, "
+            f"prefix cache {_ratio(self.cached_tokens, self.prompt_tokens):.0%}); "
+            f"{format_duration(self.seconds)} in all",
+            "  finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items())) or "none"),
+        ]
+        if self.errors:
+            lines.append(f"  errors: {len(self.errors)} (journaled with their reason; retried only with --retry-errors)")
+            lines += [f"    {e}" for e in self.errors[:MAX_LISTED]]
+            if len(self.errors) > MAX_LISTED:
+                lines.append(f"    ... and {len(self.errors) - MAX_LISTED} more")
+        if self.failed_before:
+            lines.append(f"  {self.failed_before} samples failed in an earlier run and were not retried (--retry-errors)")
+        if self.remaining:
+            why = {"deadline": "reached --max-hours", "interrupted": "interrupted"}.get(
+                self.stopped or "", "the engine returned no result for some samples")
+            lines.append(f"  {why}: {self.remaining} samples left; run the same command again to continue")
+        return lines
+
+
+class Progress:
+    """Live progress of one config's generation; feed it every result with `update`."""
+
+    def __init__(
+        self,
+        summary: RunSummary,
+        total: int,
+        done: int,
+        *,
+        engine: Any = None,
+        stream: TextIO | None = None,
+        log_every: float = 60.0,
+        redraw_every: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.summary = summary
+        self.total = total
+        self.done = done
+        self.engine = engine
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = redraw_every if self.tty else log_every
+        self.clock = clock
+        self.started = clock()
+        self._last = self.started
+
+    def in_flight(self) -> int | None:
+        value = getattr(self.engine, "in_flight", None)
+        value = value() if callable(value) else value
+        return None if value is None else int(value)
+
+    def line(self) -> str:
+        s = self.summary
+        elapsed = self.clock() - self.started
+        rate = _ratio(s.generated, elapsed)
+        left = max(self.total - self.done, 0)
+        where = s.config if s.shard == "all samples" else f"{s.config} {s.shard}"
+        parts = [
+            f"{where}: {self.done}/{self.total} ({_ratio(self.done, self.total):.1%})",
+            f"{rate:.2f} samples/s",
+            f"{_ratio(s.output_tokens, elapsed):.1f} output tokens/s",
+            f"prefix cache {_ratio(s.cached_tokens, s.prompt_tokens):.0%}",
+        ]
+        in_flight = self.in_flight()
+        if in_flight is not None:
+            parts.append(f"in flight {in_flight}")
+        parts.append(f"ETA {format_duration(left / rate)}" if rate else "ETA ?")
+        if s.errors:
+            parts.append(f"errors {len(s.errors)}")
+        return " | ".join(parts)
+
+    def update(self, result: GenerationResult) -> None:
+        self.summary.add(result)
+        self.done += 1
+        now = self.clock()
+        if now - self._last >= self.every or self.done == self.total:
+            self._last = now
+            self._show()
+
+    def _show(self) -> None:
+        if self.tty:
+            filled = int(20 * _ratio(self.done, self.total))
+            self.stream.write(f"\r[{'#' * filled}{'.' * (20 - filled)}] {self.line()}\x1b[K")
+            self.stream.flush()
+        else:
+            log.info("%s", self.line())
+
+    def close(self) -> None:
+        self.summary.generation_seconds = self.clock() - self.started
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class Coverage:
+    """What a run directory holds for a config, checked before assembly."""
+
+    config: str
+    run_dir: str
+    prompts: int  # prepared prompts (rejected ones excluded)
+    rejected: int
+    finish_reasons: Counter  # of the result kept per sample; "abort" = every attempt failed
+    failed: list[str]  # reasons of failed samples (first MAX_LISTED)
+    missing: np.ndarray  # sample_ids without any result
+    layouts: dict[int, set[int]]  # num_shards -> shard indices that journaled here
+    duplicates: int = 0
+    torn: int = 0
+    corrupt: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return len(self.missing) == 0
+
+    @property
+    def rows(self) -> int:
+        return sum(n for reason, n in self.finish_reasons.items() if reason != "abort")
+
+    def lines(self) -> list[str]:
+        failed = self.finish_reasons.get("abort", 0)
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items()) if k != "abort")
+        lines = [
+            f"{self.config}: {self.prompts} prompts in {self.run_dir} ({self.rejected} rejected at preparation): "
+            f"{self.rows} results ({reasons or 'none'}), {failed} failed, {len(self.missing)} not generated yet"
+        ]
+        if failed:
+            lines.append(f"  {failed} failed samples are left out of the dataset; "
+                         "generate with --retry-errors to try them again:")
+            lines += [f"    {reason}" for reason in self.failed]
+        if self.duplicates:
+            lines.append(f"  {self.duplicates} samples were generated more than once (overlapping shards or "
+                         "concurrent runs); each is in the dataset once: the first result journaled")
+        if self.torn or self.corrupt:
+            lines.append(f"  skipped {self.torn} journal lines torn by a crash and {self.corrupt} invalid lines "
+                         "(those samples were, or will be, generated again)")
+        return lines
+
+    def missing_message(self) -> str:
+        """Why assembly refuses, which shards to run, and how to build anyway."""
+        count = len(self.missing)
+        head = f"{self.config}: {count} of {self.prompts} samples in {self.run_dir} have no result yet"
+        command = f"eagle3-synth generate {self.config} --run-dir {self.run_dir}"
+        if not self.layouts:
+            body = [f"nothing has been generated there; run `{command} ...` (or build with --model)"]
+        else:
+            shards = max(self.layouts)
+            owners, counts = np.unique(self.missing % shards, return_counts=True)
+            body = []
+            for index, n in list(zip(owners.tolist(), counts.tolist()))[:MAX_LISTED]:
+                state = "started, not finished" if index in self.layouts[shards] else "never started"
+                example = ", ".join(str(i) for i in self.missing[self.missing % shards == index][:3].tolist())
+                what = "all samples" if shards == 1 else f"shard {index} of {shards}"
+                body.append(f"{what} ({state}): {n} missing, e.g. sample_id {example}")
+            if len(owners) > MAX_LISTED:
+                body.append(f"... and {len(owners) - MAX_LISTED} more shards")
+            flags = "" if shards == 1 else f" --num-shards {shards} --shard-index I"
+            body.append(f"finish them with `{command}{flags} ...` (the same model and settings)")
+        body.append("or pass --partial to build from what is there")
+        return head + ":\n  " + "\n  ".join(body)

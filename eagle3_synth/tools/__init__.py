@@ -1,0 +1,1 @@
+"""Looking at data: where/render/decode, validate, export, training inputs, doctor."""

@@ -1,0 +1,107 @@
+"""Human-readable rendering of one row: the decoded sequence with its boundaries marked.
+
+For people checking data, never for the data path: decoding here is display only. Regions are
+marked with plain bracket tags (testable, greppable) and optionally coloured for a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eagle3_synth.tools.decode import decode_ids
+
+COLOURS = {
+    "prompt": "\033[2m",
+    "reasoning": "\033[36m",
+    "think_end": "\033[1;35m",
+    "response": "\033[32m",
+    "tool_call": "\033[33m",
+    "stop": "\033[1;31m",
+    "other": "",
+}
+RESET = "\033[0m"
+
+
+def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(label, start, end) spans covering `output_ids`, from the row's boundary columns."""
+    n = len(row["output_ids"])
+    labels = ["other"] * n
+    reasoning_start, think_end, response_start = row["reasoning_start"], row["think_end"], row["response_start"]
+    if reasoning_start >= 0:
+        reasoning_end = think_end if think_end >= 0 else (response_start if response_start >= 0 else n)
+        for i in range(reasoning_start, reasoning_end):
+            labels[i] = "reasoning"
+    if response_start >= 0:
+        for i in range(response_start, n):
+            labels[i] = "response"
+    if think_end >= 0:  # the whole close marker: one token, or several (gpt-oss, DSML)
+        for i in range(think_end, max(response_start, think_end + 1)):
+            labels[i] = "think_end"
+    for number, call in enumerate(row["tool_calls"], start=1):
+        end = call["end"] if call["end"] >= 0 else n - 1
+        for i in range(call["start"], end + 1):
+            labels[i] = f"tool_call {number}"
+    if row["stop_index"] >= 0:
+        labels[row["stop_index"]] = "stop"
+    spans: list[tuple[str, int, int]] = []
+    for i, label in enumerate(labels):
+        if spans and spans[-1][0] == label:
+            spans[-1] = (label, spans[-1][1], i + 1)
+        else:
+            spans.append((label, i, i + 1))
+    return spans
+
+
+def _decode(tokenizer: Any, ids: list[int], show_ids: bool) -> str:
+    if not show_ids:
+        return decode_ids(tokenizer, ids)
+    return "".join(f"{decode_ids(tokenizer, [i])}⟨{i}⟩" for i in ids)
+
+
+def header(row: dict[str, Any]) -> str:
+    calls = len(row["tool_calls"])
+    return (
+        f"sample {row['sample_id']} (source id {row['source_id'] or '-'}): "
+        f"prompt {row['prompt_tokens']} tokens, output {row['completion_tokens']} tokens, "
+        f"finish_reason={row['finish_reason']}, reasoning_start={row['reasoning_start']}, "
+        f"think_end={row['think_end']}, response_start={row['response_start']}, "
+        f"tool_calls={calls}, stop_index={row['stop_index']}"
+    )
+
+
+def _span(start: int, end: int) -> str:
+    """Output positions of a region as the boundary columns count them: `11` or `0:11` (end excluded)."""
+    return str(start) if end == start + 1 else f"{start}:{end}"
+
+
+def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, show_ids: bool = False,
+               show_messages: bool = True, positions: bool = True) -> str:
+    """The header, the prompt messages, then prompt + output decoded with regions tagged.
+
+    Each output region is tagged `[label START:END]...[/label]` with its positions in `output_ids`
+    (`positions=False` leaves them out), so a tag can be checked against the header's columns.
+    """
+
+    def tag(label: str, text: str, where: str = "") -> str:
+        kind = label.split()[0]
+        body = f"{COLOURS[kind]}{text}{RESET}" if colour and COLOURS.get(kind) else text
+        opening = f"{label} {where}" if positions and where else label
+        return body if kind == "other" else f"[{opening}]{body}[/{label}]"
+
+    parts = [header(row)]
+    if show_messages:
+        parts.append("messages:")
+        for message in json.loads(row["messages"]):
+            content = message.get("content") or ""
+            extra = f" tool_calls={json.dumps(message['tool_calls'], ensure_ascii=False)}" if message.get("tool_calls") else ""
+            parts.append(f"  {message['role']}: {content}{extra}")
+        if row.get("tools"):
+            parts.append(f"  tools: {row['tools']}")
+    parts.append("sequence:")
+    text = tag("prompt", _decode(tokenizer, list(row["prompt_ids"]), show_ids))
+    output = list(row["output_ids"])
+    for label, start, end in output_regions(row):
+        text += tag(label, _decode(tokenizer, output[start:end], show_ids), _span(start, end))
+    parts.append(text)
+    return "\n".join(parts)
