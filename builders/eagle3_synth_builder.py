@@ -17,7 +17,7 @@ from datasets.utils.py_utils import classproperty
 
 from eagle3_synth.prompts.configs import CONFIGS
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.generate import iter_rows
+from eagle3_synth.run.assemble import iter_rows
 from eagle3_synth.contract.row import FEATURES
 
 

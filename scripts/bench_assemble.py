@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines.base import GenerationResult  # noqa: E402
-from eagle3_synth.run.journal import RunDirectory, Shard  # noqa: E402
+from eagle3_synth.run.directory import RunDirectory  # noqa: E402
+from eagle3_synth.run.shards import Shard  # noqa: E402
 from eagle3_synth.contract.row import PreparedPrompt  # noqa: E402
 
 CONFIG = "B5_openthoughts"
@@ -75,7 +76,7 @@ def child(mode: str, run_dir: str, out: str) -> None:
         index = RunDirectory(run_dir).scan()
         detail = {"results": int(len(index.sample_ids))}
     else:
-        from eagle3_synth.dataset.folder import assemble_config
+        from eagle3_synth.cli.build import assemble_config
 
         rows, files = assemble_config(run_dir, out, CONFIG)
         detail = {"rows": rows, "parquet_bytes": sum(f.stat().st_size for f in files), "files": len(files)}

@@ -29,9 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer  # noqa: E402
 from eagle3_synth.prompts.configs import get_config  # noqa: E402
-from eagle3_synth.engines import EngineOptions  # noqa: E402
-from eagle3_synth.run.generate import GenerateOptions  # noqa: E402
-from eagle3_synth.prompts.prepare import PromptSelection, prepare_prompts  # noqa: E402
+from eagle3_synth.prompts.selection import PromptPlan, PromptSelection  # noqa: E402
+from eagle3_synth.prompts.prepare import Preparation, prepare_prompts  # noqa: E402
 from eagle3_synth.prompts.adapters import get_adapter  # noqa: E402
 from eagle3_synth.prompts.readers import iter_source_files  # noqa: E402
 
@@ -76,12 +75,10 @@ def prepare_all(configs: list[str], sources: list[str], cap: int, tokenizer: str
     load_seconds = time.perf_counter() - started_all
     rows = []
     for config, source in zip(configs, sources):
-        options = GenerateOptions(
-            config=get_config(config), tokenizer_path=tokenizer, prompts_file=None, run_dir=tmp,
-            engine="replay", engine_options=EngineOptions(), limit=cap,
-            selection=PromptSelection(source_files=(source,), workers=workers))
+        plan = PromptPlan(config=get_config(config), selection=PromptSelection(source_files=(source,)), limit=cap)
+        preparation = Preparation(workers=workers, tokenizer_path=tokenizer)
         started, cpu = time.perf_counter(), time.process_time()
-        prepared, rejects = prepare_prompts(options, chat)
+        prepared, rejects = prepare_prompts(plan, chat, preparation=preparation)
         rows.append({"config": config, "kept": len(prepared), "rejected": len(rejects),
                      "tokens": sum(len(p.prompt_ids) for p in prepared),
                      "seconds": time.perf_counter() - started, "main_cpu": time.process_time() - cpu})

@@ -133,7 +133,7 @@ def child(argv: list[str]) -> None:
     import eagle3_synth.cli.build as build
     import eagle3_synth.run.generate as pipeline
     from eagle3_synth.cli import main
-    from eagle3_synth.run.journal import RunDirectory
+    from eagle3_synth.run.directory import RunDirectory
 
     spans: dict = {}
     RunDirectory.write_prompts = _timed("write_prompts", spans, RunDirectory.write_prompts)

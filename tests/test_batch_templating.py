@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from eagle3_synth.prompts import prepare as prompt_prep
+from eagle3_synth.prompts import templaters
 from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, get_config
 from eagle3_synth.prompts.conversation import Conversation
@@ -25,7 +26,7 @@ from eagle3_synth.prompts.readers import iter_source_files
 from eagle3_synth.prompts.forms import MessageForm
 
 from .conftest import KIMI_TOKENIZER, QWEN_TOKENIZER
-from .test_prompt_prep import fixture_files, options
+from .test_prompt_prep import fixture_files, options, prepare
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Wetter für eine Stadt",
                                              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
@@ -130,9 +131,8 @@ def test_a_tokenizer_that_is_not_render_plus_encode_is_templated_one_by_one(kimi
 # -- prompt preparation: any number of workers, the same prompt list ---------------------------------
 
 def prepared_with(kimi_tokenizer, config: str, workers: int | None, tokenizer_path=KIMI_TOKENIZER, **changes):
-    opts = options(config, tokenizer=tokenizer_path, **changes)
-    opts = replace(opts, selection=replace(opts.selection, workers=workers))
-    prepared, rejects = prepare_prompts(opts, ChatTokenizer(kimi_tokenizer))
+    opts = options(config, tokenizer=tokenizer_path, workers=workers, **changes)
+    prepared, rejects = prepare(opts, kimi_tokenizer)
     return [(p.sample_id, p.source_id, p.prompt_ids, p.messages, p.tools) for p in prepared], rejects
 
 
@@ -170,14 +170,14 @@ def test_a_worker_pool_prepares_the_same_prompt_list(kimi_tokenizer, monkeypatch
 
 
 def test_auto_moves_to_a_pool_past_the_threshold(kimi_tokenizer, monkeypatch, caplog):
-    monkeypatch.setattr(prompt_prep, "POOL_MIN_PROMPTS", 4)
+    monkeypatch.setattr(templaters, "POOL_MIN_PROMPTS", 4)
     monkeypatch.setattr(prompt_prep, "CHUNK", 2)
-    monkeypatch.setattr(prompt_prep, "_available_cores", lambda: 1)
+    monkeypatch.setattr(templaters, "_available_cores", lambda: 1)
     with caplog.at_level(logging.INFO):
         assert prepared_with(kimi_tokenizer, "B1_glaive", None) == prepared_with(kimi_tokenizer, "B1_glaive", 1)
     assert "worker processes" not in caplog.text  # one core: a pool would only slow it down
-    monkeypatch.setattr(prompt_prep, "_available_cores", lambda: 16)
-    monkeypatch.setattr(prompt_prep, "MAX_AUTO_WORKERS", 2)
+    monkeypatch.setattr(templaters, "_available_cores", lambda: 16)
+    monkeypatch.setattr(templaters, "MAX_AUTO_WORKERS", 2)
     with caplog.at_level(logging.INFO):
         auto = prepared_with(kimi_tokenizer, "B1_glaive", None)
     assert "templating prompts in 2 worker processes" in caplog.text

@@ -19,7 +19,8 @@ from eagle3_synth.contract.boundaries import ToolCallSpan, find_tool_calls
 from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from eagle3_synth.engines.replay import ReplayEngine
 from eagle3_synth.errors import PromptError
-from eagle3_synth.run.journal import JournalIndex, RunDirectory, encode_result
+from eagle3_synth.run.journal import JournalIndex, encode_result
+from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.contract.row import PreparedPrompt
 
 

@@ -13,7 +13,9 @@ import pytest
 from eagle3_synth.cli import main
 from eagle3_synth.engines.base import GenerationResult
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.journal import JOURNAL_DIR, PROMPTS_FILE, JournalWriter, RunDirectory, Shard
+from eagle3_synth.run.journal import JOURNAL_DIR, JournalWriter
+from eagle3_synth.run.directory import PROMPTS_FILE, RunDirectory
+from eagle3_synth.run.shards import Shard
 from eagle3_synth.run.progress import Progress, RunSummary
 from eagle3_synth.contract.row import PreparedPrompt
 

@@ -7,7 +7,7 @@ import json
 import logging
 import shutil
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -17,16 +17,9 @@ from eagle3_synth.prompts import adapters as sources
 from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.cli import main
 from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, get_config
-from eagle3_synth.engines import EngineOptions
 from eagle3_synth.errors import ConfigError, PromptError
-from eagle3_synth.run.generate import GenerateOptions
-from eagle3_synth.prompts.prepare import (
-    PromptSelection,
-    model_context_length,
-    prepare_prompts,
-    prompt_source_identity,
-    seeded_candidates,
-)
+from eagle3_synth.prompts.selection import PromptPlan, PromptSelection, seeded_candidates
+from eagle3_synth.prompts.prepare import Preparation, max_prompt_tokens, model_context_length, prepare_prompts
 from eagle3_synth.prompts.readers import iter_source_files
 
 from .conftest import FIXTURES, KIMI_TOKENIZER, QWEN_TOKENIZER
@@ -38,15 +31,28 @@ def fixture_files(config: str) -> list[str]:
     return sorted(str(p) for p in (SOURCES / config).iterdir())
 
 
-def options(config: str, files: list[str] | None = None, tokenizer: Path = KIMI_TOKENIZER, **changes) -> GenerateOptions:
-    selection = changes.pop("selection", PromptSelection(source_files=tuple(files or fixture_files(config))))
-    return GenerateOptions(config=get_config(config), tokenizer_path=str(tokenizer), prompts_file=None,
-                           run_dir="unused", engine="replay", engine_options=EngineOptions(replay_file="unused"),
-                           selection=selection, **changes)
+@dataclass(frozen=True)
+class Case:
+    """A prompt plan with the settings prompt preparation takes beside it."""
+
+    plan: PromptPlan
+    max_prompt_tokens: int | None = None
+    preparation: Preparation = Preparation()
 
 
-def prepare(opts: GenerateOptions, tokenizer) -> tuple[list, list]:
-    return prepare_prompts(opts, ChatTokenizer(tokenizer))
+def options(config: str, files: list[str] | None = None, tokenizer: Path = KIMI_TOKENIZER, *,
+            selection: PromptSelection | None = None, limit: int | None = None, context_length: int | None = None,
+            max_new_tokens: int = 10_240, strict: bool = False, workers: int | None = 1, **_: object) -> Case:
+    selection = selection or PromptSelection(source_files=tuple(files or fixture_files(config)))
+    return Case(plan=PromptPlan(config=get_config(config), selection=selection, limit=limit),
+                max_prompt_tokens=max_prompt_tokens(context_length, max_new_tokens),
+                preparation=Preparation(strict=strict, workers=workers, tokenizer_path=str(tokenizer)))
+
+
+def prepare(case: Case, tokenizer) -> tuple[list, list]:
+    """`prepare_prompts` of the case, with a tokenizer (its template probed) or a ChatTokenizer."""
+    chat = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
+    return prepare_prompts(case.plan, chat, max_prompt_tokens=case.max_prompt_tokens, preparation=case.preparation)
 
 
 # -- seeded selection --------------------------------------------------------------------------------
@@ -125,8 +131,7 @@ def test_too_long_prompts_are_skipped_with_the_numbers(kimi_tokenizer):
     everything, _ = prepare(options("B3_ultrachat"), kimi_tokenizer)
     lengths = sorted(len(p.prompt_ids) for p in everything)
     limit = lengths[1]  # keeps the two shortest
-    selection = PromptSelection(source_files=tuple(fixture_files("B3_ultrachat")), context_length=100 + limit)
-    prepared, rejects = prepare(options("B3_ultrachat", selection=selection, max_new_tokens=100), kimi_tokenizer)
+    prepared, rejects = prepare(options("B3_ultrachat", context_length=100 + limit, max_new_tokens=100), kimi_tokenizer)
     assert sorted(len(p.prompt_ids) for p in prepared) == lengths[:2]
     too_long = [r for r in rejects if r["reason"] == "too_long"]
     assert len(too_long) == 1
@@ -134,9 +139,8 @@ def test_too_long_prompts_are_skipped_with_the_numbers(kimi_tokenizer):
 
 
 def test_context_must_leave_room_for_the_output():
-    selection = PromptSelection(source_files=tuple(fixture_files("B3_ultrachat")), context_length=2048)
     with pytest.raises(ConfigError, match="leaves no room for prompts with --max-new-tokens 4096"):
-        prompt_source_identity(options("B3_ultrachat", selection=selection, max_new_tokens=4096))
+        options("B3_ultrachat", context_length=2048, max_new_tokens=4096)
 
 
 @pytest.mark.parametrize("tokenizer_path", [KIMI_TOKENIZER, QWEN_TOKENIZER])
@@ -178,22 +182,21 @@ def test_prompt_identity_changes_with_everything_that_decides_the_list(tmp_path)
     copy = tmp_path / "glaive.json"
     shutil.copy(fixture_files("B1_glaive")[0], copy)
     base = PromptSelection(source_files=(str(copy),))
-    identity = prompt_source_identity(options("B1_glaive", selection=base))
-    assert prompt_source_identity(options("B1_glaive", selection=base)) == identity
+    identity = options("B1_glaive", selection=base).plan.identity()
+    assert options("B1_glaive", selection=base).plan.identity() == identity
     variants = [
         options("B1_glaive", selection=base, limit=5),
         options("B1_glaive", selection=PromptSelection(source_files=(str(copy),), seed=1)),
         options("B1_glaive", selection=PromptSelection(source_files=(str(copy),), scan_limit=10)),
-        options("B1_glaive", selection=PromptSelection(source_files=(str(copy),), context_length=20_000)),
         options("B1_glaive", selection=PromptSelection(from_source=True)),
         options("B1_glaive", selection=PromptSelection(from_source=True, revision="v1")),
         options("B3_ultrachat", selection=base),  # another adapter
     ]
-    identities = [prompt_source_identity(o) for o in variants]
+    identities = [o.plan.identity() for o in variants]
     assert all(other != identity for other in identities)
-    assert identities[4] != identities[5]
+    assert identities[3] != identities[4]
     copy.write_text(copy.read_text(encoding="utf-8").replace("pizza", "pasta"), encoding="utf-8")
-    assert prompt_source_identity(options("B1_glaive", selection=base)) != identity
+    assert options("B1_glaive", selection=base).plan.identity() != identity
 
 
 # -- the command line --------------------------------------------------------------------------------

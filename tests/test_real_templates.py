@@ -18,11 +18,10 @@ from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
 from eagle3_synth.cli import main
 from eagle3_synth.prompts.configs import BUILTIN_CONFIGS
 from eagle3_synth.prompts.conversation import Conversation
-from eagle3_synth.prompts.prepare import prepare_prompts
 from eagle3_synth.contract.profiles import PROFILES, choose_profile
 
 from .conftest import FIXTURES
-from .test_prompt_prep import fixture_files, options
+from .test_prompt_prep import fixture_files, options, prepare
 
 TOKENIZERS = FIXTURES / "tokenizers"
 # folder -> (profile auto picks, message form probed: (call content, arguments), tools rendered)
@@ -83,7 +82,7 @@ def kept_with_tool_history(folder: str, tokenizer) -> tuple[set[tuple[str, int]]
     chat = chat_for(tokenizer, family)
     found, all_rejects = set(), []
     for config in sorted(BUILTIN_CONFIGS):
-        kept, rejects = prepare_prompts(options(config, tokenizer=TOKENIZERS / folder, profile=family), chat)
+        kept, rejects = prepare(options(config, tokenizer=TOKENIZERS / folder), chat)
         found |= {(config, p.sample_id) for p in kept if has_tool_history(p)}
         all_rejects += rejects
     return found, all_rejects
@@ -104,7 +103,7 @@ def test_no_fixture_source_record_is_lost_to_the_template(folder, tokenizers):
 def test_deepseek_sees_its_tools_as_the_model_card_describes_them(tokenizers):
     tokenizer = tokenizers["deepseek_v31"]
     chat = chat_for(tokenizer, "deepseek")
-    kept, _ = prepare_prompts(options("B1_glaive", tokenizer=TOKENIZERS / "deepseek_v31", profile="deepseek"), chat)
+    kept, _ = prepare(options("B1_glaive", tokenizer=TOKENIZERS / "deepseek_v31"), chat)
     prompt = next(p for p in kept if p.tools)
     text = tokenizer.decode(prompt.prompt_ids)
     name = prompt.tools[0]["function"]["name"]
@@ -152,7 +151,7 @@ def test_a_build_on_a_real_like_template_validates(folder, tmp_path, capsys, tok
 def test_a_date_writing_template_is_pinned_per_run(tmp_path, capsys, monkeypatch, tokenizers):
     """gpt-oss writes today's date into its system message: a run records the date it templated
     with, a resume the next day uses it again, and validate re-templates with it."""
-    from eagle3_synth.run import generate as pipeline
+    from eagle3_synth.run import generate as pipeline  # where the run reads today's date
 
     out = tmp_path / "ds"
     replay = tmp_path / "replay.jsonl"

@@ -21,7 +21,8 @@ import pytest
 
 from eagle3_synth.cli import main
 from eagle3_synth.cli.options import EXIT_RESUMABLE
-from eagle3_synth.run.journal import KILL_ENV, RunDirectory
+from eagle3_synth.run.kill_points import KILL_ENV
+from eagle3_synth.run.directory import RunDirectory
 
 from .built_datasets import KIMI_CONFIG, kimi_outputs, write_prompts
 from .conftest import KIMI_TOKENIZER

@@ -10,7 +10,8 @@ from __future__ import annotations
 import shutil
 
 from eagle3_synth.cli import main
-from eagle3_synth.run.journal import JOURNAL_DIR, PROMPTS_FILE, RunDirectory
+from eagle3_synth.run.journal import JOURNAL_DIR
+from eagle3_synth.run.directory import PROMPTS_FILE, RunDirectory
 
 from .built_datasets import KIMI_CONFIG
 from .test_resume import SAMPLES, config_rows, exit_code, replay_inputs, start_cli_process

@@ -8,14 +8,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from eagle3_synth.prompts.templating import check_template_date
+from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.configs import get_config, load_config_file, sample_prompts_path
 from eagle3_synth.engines import ENGINES, EngineOptions
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.journal import Shard
-from eagle3_synth.run.generate import GenerateOptions
+from eagle3_synth.run.shards import Shard
+from eagle3_synth.run.directory import run_dir_under
+from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec
 from eagle3_synth.contract.profiles import PROFILES
-from eagle3_synth.prompts.prepare import PromptSelection, model_context_length
+from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
+from eagle3_synth.prompts.prepare import model_context_length
 from eagle3_synth.run.progress import RunSummary
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="local model folder (for --engine replay: a folder holding the tokenizer)")
     model.add_argument("--tokenizer", help="tokenizer folder, if not the model's")
-    model.add_argument("--profile", default="auto", metavar="NAME",
+    model.add_argument("--profile", default=ModelSpec.profile, metavar="NAME",
                        help=f"marker profile: auto (default), {', '.join(PROFILES)}, or one from --profile-file")
     model.add_argument("--profile-file", metavar="YAML", help="define model families of your own (the schema of "
                        "eagle3_synth/profiles.yaml); --profile may then name one")
@@ -63,33 +65,42 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     prompts.add_argument("--source-revision", metavar="REV", help="--from-source: dataset tag, branch or commit")
     prompts.add_argument("--limit", "--cap", dest="limit", type=int, metavar="N",
                          help="keep at most N prompts (default: a whole --prompts file; the config's cap for a source)")
-    prompts.add_argument("--selection-seed", type=int, default=0, metavar="S",
-                         help="seed of the order source records are taken in (not the sampling seed); default 0")
+    prompts.add_argument("--selection-seed", type=int, default=PromptSelection.seed, metavar="S",
+                         help="seed of the order source records are taken in (not the sampling seed); "
+                         f"default {PromptSelection.seed}")
     prompts.add_argument("--scan-limit", type=int, metavar="N", help="read only the first N source records (quick trials)")
     prompts.add_argument("--max-context", type=int, metavar="TOKENS",
                          help="model context: prompts longer than it minus --max-new-tokens are skipped "
                          "(default: max_position_embeddings of the model's config.json, if any)")
     prompts.add_argument("--strict", action="store_true", help="stop at the first rejected prompt instead of skipping it")
     sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--max-new-tokens", type=int, help="cap on output tokens (default: the config's, 10240)")
-    sampling.add_argument("--temperature", type=float, default=0.6, help="0 = greedy (default: 0.6)")
-    sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling cut (default: 1.0, off)")
-    sampling.add_argument("--top-k", type=int, default=-1, help="top-k cut (default: -1, off)")
-    sampling.add_argument("--seed", type=int, default=0, help="sampling seed, per sample where the engine allows (default: 0)")
+    sampling.add_argument("--max-new-tokens", type=int,
+                          help=f"cap on output tokens (default: the config's, {SamplingSpec.max_new_tokens})")
+    sampling.add_argument("--temperature", type=float, default=SamplingSpec.temperature,
+                          help=f"0 = greedy (default: {SamplingSpec.temperature})")
+    sampling.add_argument("--top-p", type=float, default=SamplingSpec.top_p,
+                          help=f"nucleus sampling cut (default: {SamplingSpec.top_p}, off)")
+    sampling.add_argument("--top-k", type=int, default=SamplingSpec.top_k,
+                          help=f"top-k cut (default: {SamplingSpec.top_k}, off)")
+    sampling.add_argument("--seed", type=int, default=SamplingSpec.seed,
+                          help=f"sampling seed, per sample where the engine allows (default: {SamplingSpec.seed})")
     engine = parser.add_argument_group("engine")
-    engine.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
+    engine.add_argument("--engine", default=RunOptions.engine, choices=sorted(ENGINES))
     engine.add_argument("--replay", help="JSONL of recorded results for --engine replay")
-    engine.add_argument("--batch-size", type=int, default=8, help="transformers engine: prompts per generate call")
+    engine.add_argument("--batch-size", type=int, default=EngineOptions.batch_size,
+                        help=f"transformers engine: prompts per generate call (default {EngineOptions.batch_size})")
     engine.add_argument("--device", help="transformers engine: torch device (default cpu)")
     engine.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="engine-specific argument, e.g. tp_size=8 for sglang (repeatable)")
     engine.add_argument("--url", action="append", default=[], help="sglang-http: server or router URL (repeatable)")
     engine.add_argument("--max-in-flight", type=int, help="sglang engines: requests in flight at once; keep it above "
                         "the engine's running-request capacity (default: sglang twice that capacity, sglang-http 256)")
-    engine.add_argument("--request-timeout", type=float, default=3600.0, metavar="SECONDS",
-                        help="sglang-http: give up on one request after this long, then retry it (default 3600)")
-    engine.add_argument("--max-retries", type=int, default=8,
-                        help="sglang engines: retries of a connection error, timeout or 5xx, with backoff (default 8)")
+    engine.add_argument("--request-timeout", type=float, default=EngineOptions.request_timeout_s, metavar="SECONDS",
+                        help="sglang-http: give up on one request after this long, then retry it "
+                        f"(default {EngineOptions.request_timeout_s:g})")
+    engine.add_argument("--max-retries", type=int, default=EngineOptions.max_retries,
+                        help="sglang engines: retries of a connection error, timeout or 5xx, with backoff "
+                        f"(default {EngineOptions.max_retries})")
     run = parser.add_argument_group("run")
     run.add_argument("--run-dir", required=sharded, metavar="URL",
                      help="where results are journaled: a local path or any fsspec URL (s3://bucket/run)"
@@ -117,29 +128,24 @@ def report_generation(summary: RunSummary) -> int:
 
 def prompt_selection(args: argparse.Namespace) -> PromptSelection:
     """Where the prompts come from and how they are chosen (the "prompts" options)."""
-    for option, value in (("--scan-limit", args.scan_limit), ("--max-context", args.max_context)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{option} must be >= 1, got {value}")
+    if args.scan_limit is not None and args.scan_limit < 1:
+        raise ConfigError(f"--scan-limit must be >= 1, got {args.scan_limit}")
     if args.source_revision and not args.from_source:
         raise ConfigError("--source-revision applies to --from-source only")
-    return PromptSelection(
-        source_files=tuple(args.source_file),
-        from_source=args.from_source,
-        revision=args.source_revision,
-        seed=args.selection_seed,
-        scan_limit=args.scan_limit,
-        context_length=args.max_context or model_context_length(args.model, args.tokenizer),
-    )
+    return PromptSelection(source_files=tuple(args.source_file), from_source=args.from_source,
+                           revision=args.source_revision, seed=args.selection_seed, scan_limit=args.scan_limit)
 
 
-def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
+def default_run_dir(args: argparse.Namespace) -> str:
+    """`--run-dir`, else the one default: OUT/.runs/CONFIG."""
+    return args.run_dir or run_dir_under(args.out, args.config)
+
+
+def run_spec(args: argparse.Namespace) -> RunSpec:
+    """The spec of what the generating options ask for (everything that determines the output)."""
     if args.config_file:
         load_config_file(args.config_file)
     config = get_config(args.config)
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
-    if args.max_hours is not None and not args.max_hours > 0:
-        raise ConfigError(f"--max-hours must be > 0, got {args.max_hours}")
     if args.engine != "replay" and not args.model:
         raise ConfigError(f"--engine {args.engine} needs --model PATH")
     tokenizer = args.tokenizer or args.model
@@ -149,6 +155,9 @@ def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
         if folder and not Path(folder).is_dir():
             raise ConfigError(f"{option} {folder}: no such folder (eagle3-synth reads local model and tokenizer "
                               "folders only, nothing is downloaded)")
+    check_tokenizer_folder(tokenizer, "--tokenizer" if args.tokenizer else "--model")
+    if args.max_context is not None and args.max_context < 1:
+        raise ConfigError(f"--max-context must be >= 1, got {args.max_context}")
     selection = prompt_selection(args)
     prompts_file = None if selection.reads_source else args.prompts or sample_prompts_path(config.name)
     if not selection.reads_source and not args.prompts:
@@ -157,41 +166,46 @@ def generate_options(args: argparse.Namespace, run_dir: str) -> GenerateOptions:
                     "sample prompts (%s), which is a demo, not a real run", config.name, prompts_file)
     if prompts_file is not None and not Path(prompts_file).is_file():
         raise ConfigError(f"--prompts {prompts_file}: no such file")
-    engine_args = dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg)
-    template_kwargs = dict(parse_key_value(item, "--template-kwarg") for item in args.template_kwarg)
-    return GenerateOptions(
-        config=config,
-        tokenizer_path=tokenizer,
-        prompts_file=prompts_file,
+    return RunSpec(
+        prompts=PromptPlan(config=config, prompts_file=prompts_file, selection=selection, limit=args.limit),
+        model=ModelSpec(
+            tokenizer=tokenizer,
+            model=args.model if args.engine != "replay" else None,
+            replay_file=args.replay if args.engine == "replay" else None,
+            trust_remote_code=args.trust_remote_code,
+            profile=args.profile,
+            profile_file=args.profile_file,
+            template_kwargs=dict(parse_key_value(item, "--template-kwarg") for item in args.template_kwarg),
+            template_date=args.template_date,
+            context_length=args.max_context or model_context_length(args.model, args.tokenizer),
+        ),
+        sampling=SamplingSpec(
+            max_new_tokens=config.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed),
+    )
+
+
+def run_options(args: argparse.Namespace, run_dir: str) -> RunOptions:
+    """How this process runs the spec (plumbing, never fingerprinted)."""
+    if args.max_hours is not None and not args.max_hours > 0:
+        raise ConfigError(f"--max-hours must be > 0, got {args.max_hours}")
+    if args.engine == "replay" and not args.replay:
+        raise ConfigError("--engine replay needs --replay FILE (recorded results)")
+    return RunOptions(
         run_dir=run_dir,
         engine=args.engine,
         engine_options=EngineOptions(
             model=args.model,
-            tokenizer=tokenizer,
-            trust_remote_code=args.trust_remote_code,
             device=args.device,
             batch_size=args.batch_size,
-            replay_file=args.replay,
             urls=tuple(args.url),
             max_in_flight=args.max_in_flight,
             request_timeout_s=args.request_timeout,
             max_retries=args.max_retries,
-            engine_args=engine_args,
+            engine_args=dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg),
         ),
-        profile=args.profile,
-        profile_file=args.profile_file,
-        template_date=args.template_date,
-        limit=args.limit,
-        max_new_tokens=config.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        template_kwargs=template_kwargs,
-        trust_remote_code=args.trust_remote_code,
-        strict=args.strict,
-        selection=selection,
-        retry_errors=args.retry_errors,
         shard=Shard(index=getattr(args, "shard_index", 0), count=getattr(args, "num_shards", 1)),
         max_hours=args.max_hours,
+        retry_errors=args.retry_errors,
+        strict=args.strict,
     )

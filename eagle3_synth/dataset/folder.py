@@ -9,13 +9,11 @@ before downloading (counts, length quantiles, shares) and the provenance of ever
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,8 +26,9 @@ from datasets.splits import SplitDict, SplitInfo
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCardData
 
-from eagle3_synth.errors import ConfigError
+from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 
 CARD_TEMPLATE = Path(__file__).resolve().parents[2] / "dataset_card.md"
 DEFAULT_CONFIG = "B1_glaive"
@@ -119,7 +118,7 @@ def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
     run.json read it too. Dates: when the first and the last generation session started (from
     the journal headers) and when the rows were assembled; results carry no time of their own.
     """
-    from eagle3_synth.run.journal import RunDirectory
+    from eagle3_synth.run.directory import RunDirectory
 
     run = RunDirectory(run_dir)
     info = run.read_run_file()
@@ -130,7 +129,7 @@ def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
         "started": starts[0],
         "last_session_started": starts[-1],
         "sessions": len({h.get("session") for h in sessions}),
-        "assembled": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "assembled": utc_timestamp(),
     }
     info["display"] = {"model": display_name(meta.get("model")), "tokenizer": display_name(meta.get("tokenizer"))}
     path = Path(folder) / config / RUN_INFO_FILE
@@ -142,7 +141,7 @@ def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
 
 def run_info_path(folder: Path, config: str) -> Path | None:
     """Where the config's provenance is: `<config>/run_info.json`, else the default run dir's run.json."""
-    for path in (Path(folder) / config / RUN_INFO_FILE, Path(folder) / ".runs" / config / "run.json"):
+    for path in (Path(folder) / config / RUN_INFO_FILE, Path(run_dir_under(folder, config)) / RUN_FILE):
         if path.is_file():
             return path
     return None
@@ -345,36 +344,3 @@ def _datasets_progress_bars_off() -> Iterator[None]:
     finally:
         if was_enabled:
             datasets_logging.enable_progress_bar()
-
-
-def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
-    """Write a config's rows from its run directory (any fsspec URL) into the folder; return (rows, files).
-
-    Staged in `.assemble-<config>`, a fixed name, so whatever a killed assembly left there is
-    cleared by the next one instead of piling up in the folder that gets published.
-    """
-    from builders import Eagle3Synth
-
-    from eagle3_synth.run.journal import RunDirectory, kill_point
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / f".assemble-{config}"
-    shutil.rmtree(staging, ignore_errors=True)
-    with RunDirectory(run_dir).local_copy() as run:
-        try:
-            builder = Eagle3Synth(config_name=config, run_dir=run.url, cache_dir=str(staging / "cache"))
-            output_dir = str(staging / "out")
-            with _datasets_progress_bars_off():  # a 100k-row tqdm bar is one huge line in batch logs
-                builder.download_and_prepare(output_dir=output_dir, file_format="parquet")
-            sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
-            num_rows = builder.info.splits["train"].num_examples
-            if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
-                raise ConfigError(f"{config}: the run directory {run_dir} holds no row to write; nothing written")
-            files = install_parquet_files(sources, folder, config)
-            kill_point("assemble.installed")
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        write_run_info(folder, config, run.url)
-    write_readme(folder, {config: num_rows})
-    return num_rows, files

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.journal import RUN_FILE, RunDirectory
+from eagle3_synth.run.directory import RUN_FILE, RunDirectory
 from eagle3_synth.contract.markers import describe
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.contract.row import COLUMNS, FEATURES
@@ -214,7 +214,7 @@ class RunSource(RowSource):
         return sorted(self.run_dirs)
 
     def iter_rows(self, config: str) -> Iterator[dict[str, Any]]:
-        from eagle3_synth.run.generate import iter_rows
+        from eagle3_synth.run.assemble import iter_rows
 
         self.check_config(config)
         return iter_rows(self.run_dirs[config])

@@ -32,12 +32,8 @@ log = logging.getLogger(__name__)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "tiktoken.model", "vocab.json")
 
 
-def load_tokenizer(path: str, *, trust_remote_code: bool = False, option: str = "--tokenizer") -> Any:
-    """Load a local tokenizer. `trust_remote_code` is opt-in only (the Kimi tokenizer needs it).
-
-    Only local folders: a missing one is a one-line ConfigError naming it (`option`), never a Hub
-    lookup -- transformers would read a non-existent path as a Hub repo id and fail on that.
-    """
+def check_tokenizer_folder(path: str, option: str = "--tokenizer") -> None:
+    """A one-line ConfigError naming `option` unless `path` is a local folder with tokenizer files."""
     folder = Path(path)
     if not folder.is_dir():
         raise ConfigError(f"{option} {path}: no such folder (eagle3-synth reads local model and tokenizer "
@@ -45,6 +41,15 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False, option: str = 
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         raise ConfigError(f"{option} {path}: no tokenizer files in this folder (expected one of "
                           f"{', '.join(_TOKENIZER_FILES)})")
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False, option: str = "--tokenizer") -> Any:
+    """Load a local tokenizer. `trust_remote_code` is opt-in only (the Kimi tokenizer needs it).
+
+    Only local folders: a missing one is a one-line ConfigError naming it (`option`), never a Hub
+    lookup -- transformers would read a non-existent path as a Hub repo id and fail on that.
+    """
+    check_tokenizer_folder(path, option)
     from transformers import AutoTokenizer
 
     try:

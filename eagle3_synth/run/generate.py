@@ -1,20 +1,18 @@
-"""The pipeline: prompts -> prompt ids -> engine -> journal, then journal -> dataset rows.
+"""Generation: a run spec's prompts -> prompt ids -> engine -> journal, resumable.
 
 `generate` fills a run directory and can be re-run after any crash: it generates only samples
-without a result. `iter_rows` turns a run directory into contract rows ordered by `sample_id`.
+without a result (`assemble.py` turns the run directory into rows).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections import Counter
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,113 +20,35 @@ import numpy as np
 
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
-from eagle3_synth.prompts.prepare import PromptSelection, iter_prepared_prompts, prompt_source_identity
-from eagle3_synth.prompts.configs import ConfigSpec
+from eagle3_synth.prompts.hygiene import HYGIENE_VERSION
+from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
-from eagle3_synth.engines.base import check_sampling
-from eagle3_synth.errors import ConfigError, EngineError
-from eagle3_synth.run.journal import JournalIndex, RunDirectory, Shard, kill_point
+from eagle3_synth.errors import EngineError
+from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
+from eagle3_synth.timestamps import utc_timestamp
+from eagle3_synth.run.journal import JournalIndex
+from eagle3_synth.run.kill_points import kill_point
+from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_identity
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
-from eagle3_synth.run.progress import MAX_LISTED, Coverage, Progress, RunSummary
-from eagle3_synth.contract.row import dumps_messages, dumps_tools, make_row
+from eagle3_synth.run.progress import Progress, RunSummary
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GenerateOptions:
-    """What determines a run's output, plus how to run it (engine settings)."""
-
-    config: ConfigSpec
-    tokenizer_path: str
-    prompts_file: str | None  # prepared prompts; None when `selection` reads a source
-    run_dir: str
-    engine: str
-    engine_options: EngineOptions
-    profile: str = "auto"
-    limit: int | None = None
-    max_new_tokens: int = 10_240
-    temperature: float = 0.6
-    top_p: float = 1.0
-    top_k: int = -1
-    seed: int | None = 0
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    # YAML of the user's own model profiles (profiles.py); `profile` may then name one.
-    profile_file: str | None = None
-    # The date a date-writing template (gpt-oss) renders as today: YYYY-MM-DD; None = the one the
-    # run directory recorded, else today (UTC) -- recorded, so a resume templates the same ids.
-    template_date: str | None = None
-    trust_remote_code: bool = False
-    strict: bool = False
-    retry_errors: bool = False
-    # Where prompts come from when not a prepared prompts file (see prompts.prepare.PromptSelection).
-    selection: PromptSelection = PromptSelection()
-    # How this process runs (not part of the fingerprint: they do not change any output).
-    shard: Shard = Shard()
-    max_hours: float | None = None
-
-    def __post_init__(self) -> None:
-        # Checked here, before any prompt is prepared, so a typo fails in a second, not after hours.
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"--limit must be >= 1, got {self.limit}")
-        check_sampling(self.max_new_tokens, self.temperature, self.top_p)
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def tokenizer_identity(path: str) -> dict[str, str]:
-    """Digests of the files that define tokenization, so a changed template changes the run."""
-    folder = Path(path)
-    names = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
-             "special_tokens_map.json", "tokenizer.model", "tiktoken.model")
-    if not folder.is_dir():
-        return {"name": path}
-    return {name: file_digest(folder / name) for name in names if (folder / name).is_file()}
-
-
-def model_identity(path: str | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    folder = Path(path)
-    if not folder.is_dir():
-        return {"name": path}
-    identity: dict[str, Any] = {"name": folder.name}
-    if (folder / "config.json").is_file():
-        identity["config.json"] = file_digest(folder / "config.json")
-    identity["weights"] = sorted(
-        (p.name, p.stat().st_size) for p in folder.iterdir() if p.suffix in (".safetensors", ".bin")
-    )
-    return identity
-
-
-def fingerprint_fields(options: GenerateOptions, profile: ModelProfile, chat: ChatTokenizer) -> dict[str, Any]:
-    """Everything that determines the output ids (engine plumbing such as URLs is left out)."""
+def fingerprint_fields(spec: RunSpec, profile: ModelProfile, chat: ChatTokenizer) -> dict[str, Any]:
+    """Everything that determines the output ids: the spec's identity (every field of it, see
+    `spec.py`), plus what was resolved from it at the start of the run."""
     return {
-        "config": options.config.name,
-        "prompts": prompt_source_identity(options),
-        "model": model_identity(options.engine_options.model) if options.engine != "replay" else {},
-        "replay": file_digest(Path(options.engine_options.replay_file)) if options.engine == "replay" else None,
-        "tokenizer": tokenizer_identity(options.tokenizer_path),
-        "template_kwargs": {**options.config.template_kwargs, **options.template_kwargs},
+        "config": spec.config.name,
+        **spec_identity(spec),
+        "template_kwargs": spec.template_kwargs,
         "profile": profile.name,
         "profile_definition": profile.to_json(),
         # How conversations are handed to the template (probed from it) and the date it renders.
         "template": {"message_form": chat.form.to_json(), "date": chat.template_date},
-        "sampling": {
-            "max_new_tokens": options.max_new_tokens,
-            "temperature": options.temperature,
-            "top_p": options.top_p,
-            "top_k": options.top_k,
-            "seed": options.seed,
-        },
+        "max_prompt_tokens": spec.max_prompt_tokens,
+        "hygiene": HYGIENE_VERSION,
     }
-
 
 
 def recorded_template_date(run: RunDirectory) -> str | None:
@@ -138,15 +58,10 @@ def recorded_template_date(run: RunDirectory) -> str | None:
     return (run.read_run_file()["fields"].get("template") or {}).get("date")
 
 
-def _sampling_params(options: GenerateOptions, markers: MarkerIds) -> SamplingParams:
-    return SamplingParams(
-        max_new_tokens=options.max_new_tokens,
-        temperature=options.temperature,
-        stop_token_ids=markers.stop_ids,
-        top_p=options.top_p,
-        top_k=options.top_k,
-        seed=options.seed,
-    )
+def _sampling_params(sampling: SamplingSpec, markers: MarkerIds) -> SamplingParams:
+    return SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                          stop_token_ids=markers.stop_ids, top_p=sampling.top_p, top_k=sampling.top_k,
+                          seed=sampling.seed)
 
 
 @contextmanager
@@ -167,7 +82,7 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _pending(run: RunDirectory, index: JournalIndex, options: GenerateOptions, summary: RunSummary) -> set[int]:
+def _pending(run: RunDirectory, index: JournalIndex, options: RunOptions, summary: RunSummary) -> set[int]:
     """This shard's sample_ids still to generate; counts the rest into the summary."""
     shard = options.shard
     ids = run.prompt_ids()
@@ -219,54 +134,66 @@ def library_versions(engine: str) -> dict[str, str]:
     return found
 
 
-def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
+def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
+    """The engine's options: the plumbing of `options`, with the model, tokenizer and replay file of the spec."""
+    return replace(options.engine_options, model=spec.model.model or options.engine_options.model,
+                   tokenizer=spec.model.tokenizer, trust_remote_code=spec.model.trust_remote_code,
+                   replay_file=spec.model.replay_file)
+
+
+def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     """Journal a result for every prompt of the shard that has none yet (or only errors, with
     `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
     started = time.monotonic()
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
-    tokenizer = load_tokenizer(options.tokenizer_path, trust_remote_code=options.trust_remote_code,
-                               option="--tokenizer" if options.tokenizer_path != options.engine_options.model else "--model")
-    profile, why = choose_profile(options.profile, tokenizer, options.profile_file)
+    model = spec.model
+    tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code,
+                               option="--tokenizer" if model.tokenizer != model.model else "--model")
+    profile, why = choose_profile(model.profile, tokenizer, model.profile_file)
     log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
     run = RunDirectory(options.run_dir)
-    chat = ChatTokenizer(tokenizer, {**options.config.template_kwargs, **options.template_kwargs},
-                         profile=profile, template_date=options.template_date or recorded_template_date(run) or today())
+    chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
+                         template_date=model.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
                     "history will be %s", "; ".join(chat.probe.lines()),
                     "rejected" if not chat.probe.renders_calls else "templated in the closest form")
     run_fingerprint = run.claim(
-        fingerprint_fields(options, profile, chat),
+        fingerprint_fields(spec, profile, chat),
         meta={
             "markers": markers.to_json(),
             "message_probe": chat.probe.outcomes if chat.probe else None,
             "engine": options.engine,
-            "model": _absolute(options.engine_options.model),
-            "tokenizer": _absolute(options.tokenizer_path),
-            "trust_remote_code": options.trust_remote_code,
-            "template_kwargs": {**options.config.template_kwargs, **options.template_kwargs},
+            "model": _absolute(engine_options(spec, options).model),
+            "tokenizer": _absolute(model.tokenizer),
+            "trust_remote_code": model.trust_remote_code,
+            "template_kwargs": spec.template_kwargs,
             "eagle3_synth_version": __version__,
             "versions": library_versions(options.engine),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "started": utc_timestamp(),
         },
     )
     kill_point("run.claimed")
     if not run.prompts_ready:
         rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
-        run.write_prompts(iter_prepared_prompts(options, chat, rejects), rejects)
+        preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=model.tokenizer,
+                                  trust_remote_code=model.trust_remote_code,
+                                  rejects_file=f"{options.run_dir}/{REJECTS_FILE}")
+        run.write_prompts(iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=spec.max_prompt_tokens,
+                                                preparation=preparation), rejects)
     kill_point("prompts.ready")
 
-    summary = RunSummary(config=options.config.name, run_dir=options.run_dir, shard=str(options.shard))
+    summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard))
     todo = _pending(run, run.scan(run_fingerprint), options, summary)
     if todo:
-        engine = create_engine(options.engine, options.engine_options)
+        engine = create_engine(options.engine, engine_options(spec, options))
         progress = Progress(summary, total=summary.prompts - summary.rejected,
                             done=summary.already_done + summary.failed_before, engine=engine, stream=progress_stream)
         requests = _requests(run, todo, deadline, summary)
         try:
             with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal:
-                for result in engine.generate(requests, _sampling_params(options, markers)):
+                for result in engine.generate(requests, _sampling_params(spec.sampling, markers)):
                     if result.sample_id not in todo:
                         raise EngineError(f"engine {options.engine} returned sample_id {result.sample_id}, "
                                           "which was not asked for or was already returned")
@@ -281,77 +208,3 @@ def generate(options: GenerateOptions, *, progress_stream: TextIO | None = None)
     summary.remaining = len(todo)
     summary.seconds = time.monotonic() - started
     return summary
-
-
-def iter_rows(run_dir: str, markers: MarkerIds | None = None) -> Iterator[dict[str, Any]]:
-    """Contract rows of a run directory in sample_id order, exactly one per generated sample.
-
-    Works while a run is still generating (unfinished samples are left out, failed ones too).
-    Memory holds the journal index (about 25 bytes a sample) and one sample at a time.
-    """
-    with RunDirectory(run_dir).local_copy() as run:
-        markers = markers or run.markers()
-        index = run.scan()
-        if not len(index.sample_ids):
-            return
-        has_row = index.ok
-
-        def keep(sample_id: int) -> bool:
-            position = index.position(sample_id)
-            return position >= 0 and bool(has_row[position])
-
-        with index.reader(run.fs) as read:
-            for prompt in run.iter_prompts(keep=keep):
-                result = read(index.position(prompt.sample_id))
-                kill_point("assemble.row")
-                yield make_row(
-                    sample_id=prompt.sample_id,
-                    source_id=prompt.source_id,
-                    prompt_ids=prompt.prompt_ids,
-                    output_ids=result["output_ids"],
-                    finish_reason=result["finish_reason"],
-                    messages_json=dumps_messages(prompt.messages),
-                    tools_json=dumps_tools(prompt.tools),
-                    markers=markers,
-                )
-
-
-def no_rows_message(run_dir: str, config: str, coverage: Coverage, out: str) -> str:
-    """Why a config has nothing to write: the rejects by reason and the failed samples."""
-    counts = Counter(reject["reason"] for reject in RunDirectory(run_dir).iter_rejects())
-    rejected = ", ".join(f"{reason}={n}" for reason, n in counts.most_common()) or "none"
-    return (f"{config}: no row to write ({coverage.prompts} prompts kept, rejected: {rejected}; "
-            f"{coverage.finish_reasons.get('abort', 0)} failed): nothing written to {out}, whose other configs "
-            f"stay loadable. Each rejected prompt is listed with its reason in {run_dir}/rejects.jsonl")
-
-
-def check_run(run_dir: str, config: str) -> Coverage:
-    """What the run directory holds for `config`: results, failures, samples still missing."""
-    run = RunDirectory(run_dir)
-    recorded = run.read_run_file()["fields"].get("config")
-    if recorded != config:
-        raise ConfigError(f"run directory {run_dir} holds config {recorded!r}, not {config!r}")
-    if not run.prompts_ready:
-        raise ConfigError(f"run directory {run_dir} has no prepared prompts yet; run generate (or build with --model) first")
-    index = run.scan()
-    ids = run.prompt_ids()
-    positions = index.positions(ids)
-    found = positions[positions >= 0]
-    failed: list[str] = []
-    with index.reader(run.fs) as read:
-        for position in found[~index.ok[found]][:MAX_LISTED].tolist():
-            result = read(position)
-            failed.append(f"sample_id {result['sample_id']}: {result.get('error') or 'aborted by the engine'}")
-    return Coverage(
-        config=config,
-        run_dir=run_dir,
-        prompts=len(ids),
-        rejected=sum(1 for _ in run.iter_rejects()),
-        finish_reasons=index.finish_reasons(),
-        failed=failed,
-        missing=ids[positions < 0],
-        layouts=index.layouts(),
-        duplicates=index.duplicates,
-        torn=index.torn,
-        corrupt=index.corrupt,
-    )

@@ -1,0 +1,102 @@
+"""Prompt hygiene: the rules that skip a prompt, each with a reason people can count.
+
+Each reject is counted by reason, logged, and written to `rejects.jsonl` with its `sample_id`,
+source id, reason and detail; `--strict` makes the first one fatal:
+- `unparseable`: the record (or prompts line) cannot be read or converted;
+- `control_token`: message text contains one of the tokenizer's control tokens (`<|im_end|>`,
+  `<think>`...), which templating would turn into the real control token;
+- `tools_not_rendered`: the conversation has tools, but the chat template does not render `tools`
+  and the model family documents no system-prompt tool description (the model would not see them);
+- `template_error`: the chat template refuses the conversation in the message form probed for it
+  (`forms.py`);
+- `too_long`: more prompt tokens than the model's context minus `max_new_tokens`;
+- `duplicate`: the same prompt ids as an earlier kept prompt (hash of the templated ids).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from array import array
+from collections.abc import Iterator
+from typing import Any
+
+from eagle3_synth.contract.row import PreparedPrompt
+from eagle3_synth.errors import PromptError
+from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.selection import Candidate
+from eagle3_synth.prompts.templating import ChatTokenizer
+
+REJECT_REASONS = ("unparseable", "control_token", "tools_not_rendered", "template_error", "too_long", "duplicate")
+# Bump when a hygiene rule changes what is kept, so old runs are not mixed with new prompt lists.
+# 2: message forms probed per template, tools_not_rendered.
+HYGIENE_VERSION = 2
+
+
+class Reject(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def control_tokens(tokenizer: Any) -> list[str]:
+    """The tokenizer's special tokens plus `<...>` added tokens (Qwen's `<think>`, `<tool_call>`):
+    strings that templating turns into control tokens wherever they appear in message text."""
+    tokens = {token.content for token in tokenizer.added_tokens_decoder.values()
+              if token.special or (token.content.startswith("<") and token.content.endswith(">"))}
+    return sorted((t for t in tokens if t.strip()), key=len, reverse=True)
+
+
+def rendered_texts(conversation: Conversation) -> Iterator[tuple[str, str]]:
+    """(where, text) of every string a template renders from the conversation."""
+    for i, message in enumerate(conversation.messages):
+        if isinstance(message.get("content"), str):
+            yield f"messages[{i}]", message["content"]
+        if message.get("tool_calls"):
+            yield f"messages[{i}].tool_calls", json.dumps(message["tool_calls"], ensure_ascii=False)
+    if conversation.tools:
+        yield "tools", json.dumps(conversation.tools, ensure_ascii=False)
+
+
+class PromptChecks:
+    """The hygiene rules, split around templating: `precheck` before (unparseable, control tokens),
+    `accept` after (template error, too long, duplicate). Each raises `Reject`."""
+
+    def __init__(self, chat: ChatTokenizer, max_prompt_tokens: int | None):
+        self.chat = chat
+        self.max_prompt_tokens = max_prompt_tokens
+        tokens = control_tokens(chat.tokenizer)
+        self.control = re.compile("|".join(map(re.escape, tokens))) if tokens else None
+        self.seen: dict[bytes, int] = {}
+
+    def precheck(self, candidate: Candidate) -> Conversation:
+        if isinstance(candidate.item, PromptError):
+            raise Reject("unparseable", str(candidate.item))
+        conversation = candidate.item
+        if conversation.tools and not self.chat.form.tools_visible:
+            raise Reject("tools_not_rendered", f"the chat template does not render tools and this model family "
+                         f"documents no system-prompt tool description: the model would not see its "
+                         f"{len(conversation.tools)} tool(s)")
+        if self.control is not None:
+            for where, text in rendered_texts(conversation):
+                match = self.control.search(text)
+                if match:
+                    raise Reject("control_token", f"{where} contains {match.group(0)!r}, which the tokenizer "
+                                                  "reads as a control token")
+        return conversation
+
+    def accept(self, candidate: Candidate, conversation: Conversation, ids: list[int] | PromptError) -> PreparedPrompt:
+        if isinstance(ids, PromptError):
+            form = self.chat.form
+            raise Reject("template_error", f"{ids} (message form: content {form.call_content}, arguments "
+                                           f"{form.arguments})")
+        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
+            raise Reject("too_long", f"{len(ids)} prompt tokens > {self.max_prompt_tokens} "
+                                     "(the model's context minus max_new_tokens)")
+        digest = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
+        first = self.seen.setdefault(digest, candidate.sample_id)
+        if first != candidate.sample_id:
+            raise Reject("duplicate", f"same prompt ids as sample_id {first}")
+        return PreparedPrompt(sample_id=candidate.sample_id, source_id=candidate.source_id, prompt_ids=ids,
+                              messages=conversation.messages, tools=conversation.tools)

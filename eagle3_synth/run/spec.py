@@ -1,0 +1,161 @@
+"""The run spec: every setting that determines a run's output, as typed dataclasses; and the plumbing.
+
+`RunSpec` holds what decides the ids a run produces: the prompt plan, the model and tokenizer, the
+chat template's kwargs and date, the marker profile, the model's context, sampling. Its fingerprint
+is derived from it field by field (`spec_identity`): each field enters as its value, or through the
+`identity` function in its metadata (a folder -> the digests of its files). A new field therefore
+reaches the fingerprint without a line to remember; `tests/run/test_spec.py` fails for one that
+does not. `RunOptions` is how one process runs it (run directory, engine and its connection
+settings, shard, budget, strictness): none of it changes an id, so none of it is fingerprinted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3_synth.digests import file_digest
+from eagle3_synth.engines.base import EngineOptions, check_sampling
+from eagle3_synth.prompts.configs import DEFAULT_MAX_NEW_TOKENS
+from eagle3_synth.prompts.prepare import max_prompt_tokens
+from eagle3_synth.prompts.selection import PromptPlan
+from eagle3_synth.run.shards import Shard
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                    "special_tokens_map.json", "tokenizer.model", "tiktoken.model")
+
+
+def tokenizer_identity(path: str) -> dict[str, str]:
+    """Digests of the files that define tokenization, so a changed template changes the run."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return {"name": path}
+    return {name: file_digest(folder / name) for name in _TOKENIZER_FILES if (folder / name).is_file()}
+
+
+def model_identity(path: str | None) -> dict[str, Any]:
+    """A model folder by name, config.json digest and weight file sizes (hashing weights would take minutes)."""
+    if path is None:
+        return {}
+    folder = Path(path)
+    if not folder.is_dir():
+        return {"name": path}
+    identity: dict[str, Any] = {"name": folder.name}
+    if (folder / "config.json").is_file():
+        identity["config.json"] = file_digest(folder / "config.json")
+    identity["weights"] = sorted(
+        (p.name, p.stat().st_size) for p in folder.iterdir() if p.suffix in (".safetensors", ".bin")
+    )
+    return identity
+
+
+def optional_file_identity(path: str | None) -> str | None:
+    return file_digest(Path(path)) if path is not None else None
+
+
+def identity(function: Callable[[Any], Any]) -> dict[str, Any]:
+    """Field metadata: the field enters the fingerprint as `function(value)`."""
+    return {"identity": function}
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """Sampling parameters, always passed to the engine explicitly (SGLang's own defaults bite)."""
+
+    # Cap on output tokens (SGLang's default is 128).
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    # 0 = greedy (SGLang's default is 1.0).
+    temperature: float = 0.6
+    # Nucleus cut; 1.0 = off.
+    top_p: float = 1.0
+    # Top-k cut; -1 = off.
+    top_k: int = -1
+    # Sampling seed, per sample where the engine allows; None = unseeded (not reproducible).
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        check_sampling(self.max_new_tokens, self.temperature, self.top_p)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model, its tokenizer and chat template, and how prompts are templated for it."""
+
+    # Folder of the tokenizer and chat template; enters as the digests of its files.
+    tokenizer: str = field(metadata=identity(tokenizer_identity))
+    # Model folder the engine loads; None when no model runs (the replay engine).
+    model: str | None = field(default=None, metadata=identity(model_identity))
+    # Recorded results the replay engine plays back (they are the outputs); enters as its digest.
+    replay_file: str | None = field(default=None, metadata=identity(optional_file_identity))
+    # Whether the tokenizer's own code may run (Kimi); it can change how text is tokenized.
+    trust_remote_code: bool = False
+    # Marker profile: `auto` or a name; the profile chosen is fingerprinted by its definition too.
+    profile: str = "auto"
+    # YAML of the user's own profiles; enters as its digest.
+    profile_file: str | None = field(default=None, metadata=identity(optional_file_identity))
+    # Chat-template kwargs given for this run (over the config's own `template_kwargs`).
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Date a date-writing template (gpt-oss) renders; None = the run directory's recorded one, else today.
+    template_date: str | None = None
+    # The model's context in tokens: prompts longer than it minus max_new_tokens are skipped.
+    context_length: int | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What determines a run's output: the fingerprint is derived from these fields."""
+
+    # Which prompts, in which order; enters through `PromptPlan.identity` (file digests, cap, seed...).
+    prompts: PromptPlan = field(metadata=identity(PromptPlan.identity))
+    model: ModelSpec
+    sampling: SamplingSpec = SamplingSpec()
+
+    @property
+    def config(self):  # noqa: ANN201 - ConfigSpec
+        return self.prompts.config
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """The kwargs the template is rendered with: the config's, overridden by the run's."""
+        return {**self.prompts.config.template_kwargs, **self.model.template_kwargs}
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        return max_prompt_tokens(self.model.context_length, self.sampling.max_new_tokens)
+
+
+def spec_identity(value: Any) -> Any:
+    """A dataclass as a JSON-able dict of its fields' identities (recursively); other values as they are."""
+    if not dataclasses.is_dataclass(value):
+        return dict(value) if isinstance(value, Mapping) else value
+    out = {}
+    for spec_field in dataclasses.fields(value):
+        item = getattr(value, spec_field.name)
+        function = spec_field.metadata.get("identity")
+        out[spec_field.name] = function(item) if function is not None else spec_identity(item)
+    return out
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How this process runs a spec: never part of the fingerprint (no output id depends on it)."""
+
+    # Where results are journaled: a local path or any fsspec URL.
+    run_dir: str
+    # Engine name (engines.ENGINES) and its connection/plumbing settings (URLs, window, device...);
+    # the model, tokenizer and replay file are filled in from the spec.
+    engine: str = "transformers"
+    engine_options: EngineOptions = EngineOptions()
+    # This process's share of the samples.
+    shard: Shard = Shard()
+    # Stop handing out prompts after this many hours (resumable).
+    max_hours: float | None = None
+    # Generate again the samples whose earlier attempts failed.
+    retry_errors: bool = False
+    # The first rejected prompt stops the run instead of being skipped.
+    strict: bool = False
+    # Processes that template prompts (prompts.templaters.make_templater): 1, N or None (automatic).
+    workers: int | None = None
