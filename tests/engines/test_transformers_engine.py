@@ -1,0 +1,133 @@
+"""The transformers engine stores exactly what the model generated: stop kept, padding never."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
+from eagle3_synth.engines.transformers_engine import cut_after_stop
+
+from ..conftest import TINY_MODEL
+
+QUESTIONS = [
+    "What is the weather in Paris?",
+    "Hi",
+    "Convert 250 US dollars to euros, please, and tell me the rate you used for it.",
+    "Explain binary search.",
+    "Which language is 'Je suis un étudiant'?",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    if not (TINY_MODEL / "config.json").exists():
+        pytest.skip("tiny model fixture missing: run scripts/train_tiny_model.py")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)
+    model = AutoModelForCausalLM.from_pretrained(TINY_MODEL).eval()
+    return tokenizer, model
+
+
+def requests_for(tokenizer) -> list[GenerationRequest]:
+    chat = ChatTokenizer(tokenizer)
+    return [
+        GenerationRequest(i, chat.prompt_ids(Conversation(messages=[{"role": "user", "content": q}])))
+        for i, q in enumerate(QUESTIONS)
+    ]
+
+
+def stop_ids(tokenizer) -> tuple[int, ...]:
+    """The kimi_k2 profile's stop ids, as the build command uses them."""
+    from eagle3_synth.contract.profiles import PROFILES, resolve_markers
+
+    return resolve_markers(PROFILES["kimi_k2"], tokenizer).stop_ids
+
+
+def test_cut_after_stop_keeps_the_stop_and_drops_what_follows():
+    assert cut_after_stop([5, 6, 2, 0, 0], (2,), 5) == ([5, 6, 2], "stop")
+    assert cut_after_stop([5, 6, 7], (2,), 3) == ([5, 6, 7], "length")
+    assert cut_after_stop([2, 2], (2, 9), 2) == ([2], "stop")
+
+
+def test_greedy_batched_equals_each_prompt_generated_alone(tiny):
+    tokenizer, model = tiny
+    requests = requests_for(tokenizer)
+    assert len({len(r.prompt_ids) for r in requests}) > 1, "prompts of different lengths exercise padding"
+    params = SamplingParams(max_new_tokens=48, temperature=0.0, stop_token_ids=stop_ids(tokenizer))
+    engine = create_engine("transformers", EngineOptions(model=str(TINY_MODEL), batch_size=3))
+    results = {r.sample_id: r for r in engine.generate(requests, params)}
+    assert sorted(results) == [r.sample_id for r in requests]
+    pad = engine.pad_token_id
+    for request in requests:
+        with torch.no_grad():
+            alone = model.generate(torch.tensor([request.prompt_ids]), attention_mask=torch.ones(1, len(request.prompt_ids), dtype=torch.long),
+                                   max_new_tokens=48, do_sample=False, eos_token_id=list(params.stop_token_ids),
+                                   pad_token_id=pad)
+        new = alone[0, len(request.prompt_ids):].tolist()
+        result = results[request.sample_id]
+        expected, reason = cut_after_stop(new, params.stop_token_ids, 48)
+        assert result.output_ids == expected
+        assert result.finish_reason == reason
+        assert result.completion_tokens == len(result.output_ids)
+        if reason == "stop":
+            assert result.output_ids[-1] in params.stop_token_ids
+            assert all(t not in params.stop_token_ids for t in result.output_ids[:-1])
+
+
+def test_sampled_outputs_equal_a_direct_generate_call(tiny):
+    tokenizer, model = tiny
+    requests = requests_for(tokenizer)[:3]
+    params = SamplingParams(max_new_tokens=40, temperature=0.9, stop_token_ids=stop_ids(tokenizer), seed=7)
+    engine = create_engine("transformers", EngineOptions(model=str(TINY_MODEL), batch_size=3))
+    results = list(engine.generate(requests, params))
+
+    width = max(len(r.prompt_ids) for r in requests)
+    pad = engine.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(r.prompt_ids)) + r.prompt_ids for r in requests])
+    mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in requests])
+    torch.manual_seed(7 + requests[0].sample_id)
+    with torch.no_grad():
+        sequences = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=40, do_sample=True,
+                                   temperature=0.9, top_p=1.0, top_k=0, eos_token_id=list(params.stop_token_ids),
+                                   pad_token_id=pad)
+    for row, result in enumerate(results):
+        generated = sequences[row, width:].tolist()
+        assert result.output_ids == generated[: len(result.output_ids)]
+        # Everything after the stored ids is padding added after the stop, never stored.
+        assert all(t == pad for t in generated[len(result.output_ids):])
+
+
+def test_build_with_the_tiny_model_stores_what_the_model_generated(tiny, tmp_path):
+    """CLI end to end with the transformers engine: the dataset's ids are the model's, exactly."""
+    import json
+
+    from datasets import load_dataset
+
+    from eagle3_synth.cli import main
+    from eagle3_synth.prompts.configs import sample_prompts_path
+
+    tokenizer, model = tiny
+    out = tmp_path / "ds"
+    assert main(["build", "B1_glaive", "--model", str(TINY_MODEL), "--limit", "3", "--max-new-tokens", "64",
+                 "--temperature", "0", "--batch-size", "2", "--out", str(out)]) == 0
+    ds = load_dataset(str(out), "B1_glaive", split="train")
+    assert ds["sample_id"] == [0, 1, 2]
+    chat = ChatTokenizer(tokenizer)
+    stops = list(stop_ids(tokenizer))
+    with open(sample_prompts_path("B1_glaive"), encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle][:3]
+    for row, record in zip(ds, records):
+        prompt_ids = chat.prompt_ids(Conversation(messages=record["messages"], tools=record.get("tools")))
+        assert row["prompt_ids"] == prompt_ids
+        with torch.no_grad():
+            alone = model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                                   max_new_tokens=64, do_sample=False, eos_token_id=stops,
+                                   pad_token_id=tokenizer.pad_token_id)
+        expected, reason = cut_after_stop(alone[0, len(prompt_ids):].tolist(), tuple(stops), 64)
+        assert row["output_ids"] == expected and row["finish_reason"] == reason
+        if reason == "stop":
+            assert row["stop_index"] == len(expected) - 1

@@ -1,0 +1,285 @@
+"""Publishing round-trips through the real huggingface_hub and datasets against a loopback Hub.
+
+The server (tests/support/hub_server.py) speaks the Hub's HTTP API; the publisher uses the real
+`HfApi`, and `load_dataset(repo, config, revision=...)` runs in a subprocess whose HF_ENDPOINT
+points at the server (both libraries read it at import time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.publish import (
+    PREVIEW_COLUMNS,
+    PublishError,
+    PublishOptions,
+    TreeLimits,
+    publish,
+)
+
+from ..support.built_datasets import KIMI_CONFIG as B1
+from ..support.built_datasets import QWEN_CONFIG as B3
+from ..support.built_datasets import (
+    build,
+    checks_dataset,
+    copy_dataset,
+    kimi_outputs,
+    rewrite_rows,
+)
+from ..conftest import KIMI_TOKENIZER
+from ..support.hub_server import HubServer
+
+TOKEN = "hf_loopbackSecretToken0123456789"
+REPO = "org/eagle3-synth"
+# Small enough that B1 needs several shards (the defaults give one).
+SMALL = TreeLimits(row_group_bytes=20_000, shard_bytes=1)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with pytest.MonkeyPatch.context() as patch:
+        from huggingface_hub import constants
+
+        # conftest makes tests offline; this module talks to its own loopback server only.
+        patch.setattr(constants, "HF_HUB_OFFLINE", False)
+        patch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the server speaks LFS, like HUB_API.md says
+        with HubServer(token=TOKEN) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, kimi_tokenizer, qwen_tokenizer):
+    """v1: the shared fixture folder (B1 Kimi, B3 Qwen3). v2: B1 generated again with other
+    outputs (a change); B3 untouched. Copies: publishing stages inside the folder."""
+    shared = checks_dataset(tmp_path_factory, kimi_tokenizer, qwen_tokenizer)
+    root = tmp_path_factory.mktemp("publish")
+    v1, v2 = copy_dataset(shared, root / "v1"), copy_dataset(shared, root / "v2")
+    shutil.rmtree(v2 / ".runs" / B1)
+    build(v2, B1, KIMI_TOKENIZER, kimi_outputs(kimi_tokenizer, 24, seed=7), shared.parent / "kimi-prompts.jsonl")
+    return v1, v2
+
+
+def folder_rows(folder: Path, config: str) -> list[dict]:
+    """A config's rows as stored in the folder, in file order."""
+    return [row for f in sorted((folder / config).glob("train-*.parquet")) for row in pq.read_table(f).to_pylist()]
+
+
+def options(folder: Path, hub: HubServer, tag: str, **kwargs) -> PublishOptions:
+    return PublishOptions(folder=folder, repo_id=kwargs.pop("repo_id", REPO), tag=tag, endpoint=hub.url,
+                          token=TOKEN, **kwargs)
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eagle3_synth.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def client_env(hub: HubServer, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0",
+            "HF_DATASETS_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf_home")}
+
+
+@pytest.fixture(scope="module")
+def releases(hub, folders, tmp_path_factory):
+    """v1.0.0 through the library API, v1.1.0 through the CLI in a subprocess (as a user runs it)."""
+    v1, v2 = folders
+    first = publish(options(v1, hub, "v1.0.0"), echo=lambda line: None)
+    cli = run_cli(["publish", str(v2), REPO, "--tag", "v1.1.0"], client_env(hub, tmp_path_factory.mktemp("cli")))
+    assert cli.returncode == 0, cli.stderr
+    repo = hub.repo(REPO)
+    return first, cli, repo
+
+
+def load_rows(hub: HubServer, tmp_path: Path, loads: list[tuple[str, str | None]]) -> dict[str, list[dict]]:
+    """`load_dataset(REPO, config, revision=...)` in a fresh process; rows per "config@revision"."""
+    code = (
+        "import json, sys\n"
+        "from datasets import load_dataset\n"
+        "out = {}\n"
+        "for config, revision in json.loads(sys.argv[1]):\n"
+        f"    ds = load_dataset({REPO!r}, config, split='train', revision=revision)\n"
+        "    out[f'{config}@{revision}'] = {'rows': ds.to_list(), 'features': str(ds.features)}\n"
+        "print(json.dumps(out))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(loads)], env=client_env(hub, tmp_path),
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_each_version_loads_back_with_its_own_rows(hub, folders, releases, tmp_path):
+    v1, v2 = folders
+    loaded = load_rows(hub, tmp_path, [(B1, "v1.0.0"), (B3, "v1.0.0"), (B1, "v1.1.0"), (B3, "v1.1.0"), (B1, None)])
+    assert loaded["B1_glaive@v1.0.0"]["rows"] == folder_rows(v1, B1)
+    assert loaded["B3_ultrachat@v1.0.0"]["rows"] == folder_rows(v1, B3)
+    assert loaded["B1_glaive@v1.1.0"]["rows"] == folder_rows(v2, B1)
+    assert loaded["B3_ultrachat@v1.1.0"]["rows"] == folder_rows(v2, B3)
+    assert folder_rows(v1, B1) != folder_rows(v2, B1)  # the change is real
+    assert loaded["B1_glaive@None"]["rows"] == folder_rows(v2, B1)  # main is the latest release
+    assert "List(Value('int32'))" in loaded["B1_glaive@v1.1.0"]["features"]
+
+
+def test_each_release_is_one_commit_with_its_tag(releases):
+    first, _, repo = releases
+    v1_commit, v2_commit = repo.tags["v1.0.0"], repo.tags["v1.1.0"]
+    assert first.released.commit == v1_commit
+    assert repo.branches["main"] == v2_commit
+    assert repo.commits[v2_commit].parent == v1_commit  # nothing in between
+    assert repo.commits[repo.commits[v1_commit].parent].parent is None  # v1 directly on the initial commit
+    v2_tree = repo.commits[v2_commit].tree
+    assert not [p for p in v2_tree if p.endswith(".py")]
+    assert {"README.md", ".gitattributes", f"figures/{B1}-output-lengths.png", f"{B3}/run_info.json"} <= set(v2_tree)
+
+
+def test_files_of_the_previous_release_that_are_gone_are_deleted(hub, folders):
+    """v1 in several shards, then in one: the old shards must go (the glob would still match them)."""
+    v1, _ = folders
+    repo_id = "org/reshard"
+    publish(options(v1, hub, "v1", repo_id=repo_id, limits=SMALL), echo=lambda line: None)
+    publish(options(v1, hub, "v2", repo_id=repo_id), echo=lambda line: None)
+    repo = hub.repo(repo_id)
+    before = sorted(p for p in repo.commits[repo.tags["v1"]].tree if p.startswith(f"{B1}/train-"))
+    after = sorted(p for p in repo.commits[repo.tags["v2"]].tree if p.startswith(f"{B1}/train-"))
+    assert len(before) > 1 and before[-1].endswith(f"-of-{len(before):05d}.parquet")
+    assert after == [f"{B1}/train-00000-of-00001.parquet"]
+
+
+def test_unchanged_config_is_byte_identical_across_releases(releases):
+    _, _, repo = releases
+    v1_tree, v2_tree = repo.commits[repo.tags["v1.0.0"]].tree, repo.commits[repo.tags["v1.1.0"]].tree
+    shard = f"{B3}/train-00000-of-00001.parquet"
+    assert v1_tree[shard].sha256 == v2_tree[shard].sha256  # LFS deduplicates it: nothing re-uploaded
+
+
+def test_cli_output_never_contains_the_token(hub, releases):
+    _, cli, _ = releases
+    assert TOKEN not in cli.stdout + cli.stderr
+    assert "tagged" in cli.stdout and "v1.1.0" in cli.stdout
+    # ... while every write request did carry it.
+    writes = [r for r in hub.state.requests if r.route in ("create_repo", "preupload", "commit", "tag")]
+    assert writes and all(r.authorized for r in writes)
+
+
+def test_an_existing_tag_is_never_overwritten(hub, folders, releases):
+    _, v2 = folders
+    repo = hub.repo(REPO)
+    before = (dict(repo.tags), dict(repo.branches))
+    seen = hub.request_count()
+    with pytest.raises(ConfigError, match="already has tag v1.0.0"):
+        publish(options(v2, hub, "v1.0.0"), echo=lambda line: None)
+    assert (repo.tags, repo.branches) == before
+    assert not {"preupload", "lfs_batch", "lfs_put", "commit", "tag"} & set(hub.routes(seen))
+
+
+@pytest.mark.parametrize("route", ["lfs_put", "commit"])
+def test_a_failure_mid_upload_leaves_no_commit_and_no_tag(hub, folders, route):
+    v1, _ = folders
+    repo_id = f"org/failing-{route.replace('_', '-')}"
+    hub.fail_next(route, status=403)
+    with pytest.raises(PublishError, match="No commit was made"):
+        publish(options(v1, hub, "v1.0.0", repo_id=repo_id), echo=lambda line: None)
+    repo = hub.repo(repo_id)
+    assert len(repo.commits) == 1 and not repo.tags  # only the initial commit of the new repo
+    assert route in hub.routes()
+    # Running the same command again completes the release.
+    publish(options(v1, hub, "v1.0.0", repo_id=repo_id), echo=lambda line: None)
+    assert repo.tags["v1.0.0"] == repo.branches["main"]
+
+
+def test_a_folder_that_breaks_the_contract_is_refused(folders, tmp_path):
+    bad = copy_dataset(folders[0], tmp_path / "bad")
+
+    def shift_think_end(row: dict) -> None:
+        if row["sample_id"] == 0:
+            row["think_end"] += 1
+
+    rewrite_rows(bad, B1, shift_think_end)
+    with pytest.raises(ConfigError, match=r"(?s)refusing to publish.*B1_glaive.*think_end.*sample ids: 0\b"):
+        publish(PublishOptions(folder=bad, repo_id=REPO, tag="v1.0.0", dry_run=True), echo=lambda line: None)
+    assert not (bad / ".publish").exists()
+
+
+def test_a_shard_with_the_wrong_types_is_refused(folders, tmp_path):
+    bad = copy_dataset(folders[0], tmp_path / "bad")
+    shard = next((bad / B3).glob("train-*.parquet"))
+    table = pq.read_table(shard)
+    index = table.schema.get_field_index("stop_index")
+    pq.write_table(table.set_column(index, "stop_index", table.column("stop_index").cast(pa.int64())), shard)
+    with pytest.raises(ConfigError, match="stop_index: has int64, contract int32"):
+        publish(PublishOptions(folder=bad, repo_id=REPO, tag="v1.0.0", dry_run=True), echo=lambda line: None)
+
+
+def test_dry_run_stages_and_checks_the_tree_and_contacts_nothing(hub, folders, capsys):
+    v1, _ = folders
+    seen = hub.request_count()
+    result = publish(PublishOptions(folder=v1, repo_id="org/never-created", tag="v2.0.0", dry_run=True,
+                                    endpoint=hub.url))
+    out = capsys.readouterr().out
+    assert hub.request_count() == seen
+    root = v1 / ".publish" / "v2.0.0"
+    staged = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert staged == result.tree.files
+    for path in staged:
+        assert f"add    {path} (" in out
+    assert "then tag it v2.0.0. Nothing was uploaded" in out
+    assert result.released is None
+
+
+def test_preview_columns_and_viewer_sized_shards(folders, tmp_path, kimi_tokenizer, qwen_tokenizer):
+    v1, _ = folders
+    limits = TreeLimits(row_group_bytes=20_000, shard_bytes=1)  # every row group its own shard
+    result = publish(PublishOptions(folder=v1, repo_id=REPO, tag="v1.0.0", dry_run=True, preview_chars=80,
+                                    stage_dir=tmp_path / "stage", limits=limits), echo=lambda line: None)
+    assert set(PREVIEW_COLUMNS) <= set(result.tree.features)
+    # Each config is decoded with the tokenizer it was made with (Kimi for B1, Qwen3 for B3).
+    for config, tokenizer in ((B1, kimi_tokenizer), (B3, qwen_tokenizer)):
+        shards = sorted((tmp_path / "stage" / config).glob("train-*.parquet"))
+        for shard in shards:
+            metadata = pq.ParquetFile(shard).metadata
+            assert all(metadata.row_group(i).total_byte_size <= limits.row_group_bytes
+                       for i in range(metadata.num_row_groups))
+        rows = [row for shard in shards for row in pq.read_table(shard).to_pylist()]
+        source = folder_rows(v1, config)
+        assert [{k: r[k] for k in source[0]} for r in rows] == source  # same rows, same order
+        for row in rows:
+            assert row["prompt_preview"] == tokenizer.decode(row["prompt_ids"], skip_special_tokens=False)[:80]
+            assert row["output_preview"] == tokenizer.decode(row["output_ids"], skip_special_tokens=False)[:80]
+        assert "</think>" in "".join(r["output_preview"] for r in rows)  # special tokens kept
+    assert len(list((tmp_path / "stage" / B1).glob("train-*.parquet"))) > 1
+
+
+def test_previews_are_off_by_default(releases, folders):
+    _, _, repo = releases
+    v2_tree = repo.commits[repo.tags["v1.1.0"]].tree
+    data = v2_tree[f"{B1}/train-00000-of-00001.parquet"].data
+    assert pq.read_schema(pa.BufferReader(data)).names == list(folder_rows(folders[1], B1)[0])
+
+
+def test_a_missing_token_is_a_clear_error(folders, monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-tokens"))
+    with pytest.raises(ConfigError, match=r"HF_TOKEN or run `hf auth login`"):
+        publish(PublishOptions(folder=folders[0], repo_id=REPO, tag="v9"), echo=lambda line: None)
+
+
+@pytest.mark.parametrize("repo_id, tag, message", [
+    ("eagle3-synth", "v1", "expected NAMESPACE/NAME"),
+    ("org/eagle3-synth", "v1 final", "--tag 'v1 final'"),
+])
+def test_bad_repo_or_tag_is_refused(repo_id, tag, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        PublishOptions(folder=tmp_path, repo_id=repo_id, tag=tag)
+
