@@ -7,6 +7,7 @@ specification; each rule below cites the column it computes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 from eagle3_synth.contract.markers import find_last_marker, find_marker
@@ -26,6 +27,19 @@ class Boundaries:
     response_start: int
     stop_index: int
     tool_calls: tuple[ToolCallSpan, ...] = field(default_factory=tuple)
+
+
+def reasoning_end(think_end: Any, response_start: Any, length: Any) -> Any:
+    """Where a sample's reasoning text ends (exclusive): at the close marker; where reasoning ended
+    implicitly (the response start) if it never closed; at the end of the output if it was cut off.
+
+    The one statement of that rule: works on ints (one row) and on numpy arrays (a column).
+    """
+    import numpy as np
+
+    if isinstance(think_end, np.ndarray):
+        return np.where(think_end >= 0, think_end, np.where(response_start >= 0, response_start, length))
+    return think_end if think_end >= 0 else (response_start if response_start >= 0 else length)
 
 
 def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> bool:

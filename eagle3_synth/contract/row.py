@@ -1,7 +1,7 @@
 """The data contract: features of every config, and how one sample becomes one row.
 
-`FEATURES` is the single definition of the schema; the builder, the Parquet writer and the loaders
-all take it from here.
+`FEATURES` (from `_SCHEMA`) is the single definition of the schema; the builder, the Parquet writer
+and the loaders all take it from here.
 """
 
 from __future__ import annotations
@@ -11,33 +11,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from datasets import Features, List, Value
-
 from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
 from eagle3_synth.contract.profiles import MarkerIds
 
 FINISH_REASONS = ("stop", "length", "abort")
 
-FEATURES = Features(
-    {
-        "sample_id": Value("int64"),
-        "source_id": Value("string"),
-        "prompt_ids": List(Value("int32")),
-        "output_ids": List(Value("int32")),
-        "reasoning_start": Value("int32"),
-        "think_end": Value("int32"),
-        "response_start": Value("int32"),
-        "tool_calls": List({"start": Value("int32"), "end": Value("int32")}),
-        "stop_index": Value("int32"),
-        "finish_reason": Value("string"),
-        "prompt_tokens": Value("int32"),
-        "completion_tokens": Value("int32"),
-        "messages": Value("string"),
-        "tools": Value("string"),
-    }
+# The columns and their types: (name, type) with "int32[]" a list of int32 and "spans[]" the list of
+# {start, end} int32 structs. `FEATURES` (the datasets form) is built from this on first use, so that
+# engines and the journal, which import this module, do not import `datasets` (seconds of start-up).
+_SCHEMA = (
+    ("sample_id", "int64"), ("source_id", "string"), ("prompt_ids", "int32[]"), ("output_ids", "int32[]"),
+    ("reasoning_start", "int32"), ("think_end", "int32"), ("response_start", "int32"), ("tool_calls", "spans[]"),
+    ("stop_index", "int32"), ("finish_reason", "string"), ("prompt_tokens", "int32"), ("completion_tokens", "int32"),
+    ("messages", "string"), ("tools", "string"),
 )
+COLUMNS = tuple(name for name, _ in _SCHEMA)
 
-COLUMNS = tuple(FEATURES)
+
+def _features():  # noqa: ANN202 - datasets.Features
+    from datasets import Features, List, Value
+
+    def feature(kind: str):  # noqa: ANN202
+        if kind == "int32[]":
+            return List(Value("int32"))
+        if kind == "spans[]":
+            return List({"start": Value("int32"), "end": Value("int32")})
+        return Value(kind)
+
+    return Features({name: feature(kind) for name, kind in _SCHEMA})
+
+
+def __getattr__(name: str) -> Any:
+    """`FEATURES`, the contract as datasets Features, built on first access (see `_SCHEMA`)."""
+    if name == "FEATURES":
+        features = _features()
+        globals()["FEATURES"] = features
+        return features
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

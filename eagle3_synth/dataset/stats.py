@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from eagle3_synth.contract.boundaries import reasoning_end
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -123,8 +125,7 @@ def config_stats(data: pa.Table | Any | Iterable[Mapping[str, Any]], config: str
     truncated = pc.equal(table.column("finish_reason"), "length").fill_null(False).to_numpy(zero_copy_only=False)
 
     has_reasoning = reasoning_start >= 0
-    reasoning_end = np.where(think_end >= 0, think_end, np.where(response_start >= 0, response_start, output))
-    reasoning_tokens = np.where(has_reasoning, reasoning_end - reasoning_start, 0)
+    reasoning_tokens = np.where(has_reasoning, reasoning_end(think_end, response_start, output) - reasoning_start, 0)
     response_tokens = np.where(response_start >= 0, output - response_start, 0)
 
     def share(mask: np.ndarray) -> float:

@@ -34,7 +34,8 @@ from eagle3_synth.contract.row import COLUMNS, FEATURES
 
 log = logging.getLogger(__name__)
 SCHEMA = FEATURES.arrow_schema
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# A Hub repo id `org/name`, each part starting with a letter or digit (the Hub's own rule).
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.errors import PromptError
+from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.prompts.tool_descriptions import with_tool_description
 
-if TYPE_CHECKING:
-    from eagle3_synth.prompts.templating import ChatTokenizer
+
+class Renders(Protocol):
+    """What the probe needs of a chat tokenizer (templating.ChatTokenizer): render in a given form."""
+
+    def render(self, conversation: Conversation, *, form: "MessageForm | None" = None) -> str: ...
 
 CONTENT_FORMS = ("as_given", "empty")
 ARGUMENT_FORMS = ("as_given", "object", "string")
@@ -133,7 +136,7 @@ class ProbeReport:
         return [f"{key}: {value}" for key, value in self.outcomes.items()]
 
 
-def _outcome(chat: "ChatTokenizer", form: MessageForm, raw_arguments: Any) -> str:
+def _outcome(chat: Renders, form: MessageForm, raw_arguments: Any) -> str:
     try:
         texts = [chat.render(conversation, form=form) for conversation in _probe_conversations(raw_arguments)]
     except PromptError as exc:
@@ -146,7 +149,7 @@ def _outcome(chat: "ChatTokenizer", form: MessageForm, raw_arguments: Any) -> st
     return "ok"
 
 
-def tools_rendered(chat: "ChatTokenizer") -> bool:
+def tools_rendered(chat: Renders) -> bool:
     """Whether the template renders `tools` at all: the same text with and without them means no."""
     plain = MessageForm()
     question = [{"role": "user", "content": "Where is the probe?"}]
@@ -158,7 +161,7 @@ def tools_rendered(chat: "ChatTokenizer") -> bool:
     return with_tools != without
 
 
-def probe_message_form(chat: "ChatTokenizer", tool_description: str | None,
+def probe_message_form(chat: Renders, tool_description: str | None,
                        reasoning_field: str = "reasoning_content") -> ProbeReport:
     """The form this template renders (see the module doc); `tool_description` and
     `reasoning_field` are the profile's."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3_synth.dataset.folder import DEFAULT_CONFIG, built_configs
+from eagle3_synth.dataset.stores import REPO_ID
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance
 from eagle3_synth.publish.hub import PublishError, Released, check_tag_is_free, release
@@ -32,7 +33,6 @@ from eagle3_synth.publish.tree import (
 
 __all__ = ["PREVIEW_COLUMNS", "PublishError", "PublishOptions", "PublishResult", "TreeLimits", "publish"]
 
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 # Git ref names the Hub accepts as tags, kept simple: v1.0.0, 2024-06-01, release_3 ...
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

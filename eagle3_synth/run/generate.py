@@ -20,7 +20,6 @@ import numpy as np
 
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
-from eagle3_synth.prompts.hygiene import HYGIENE_VERSION
 from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.errors import EngineError
@@ -28,7 +27,7 @@ from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
-from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_identity
+from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
 from eagle3_synth.run.progress import Progress, RunSummary
 
@@ -39,15 +38,11 @@ def fingerprint_fields(spec: RunSpec, profile: ModelProfile, chat: ChatTokenizer
     """Everything that determines the output ids: the spec's identity (every field of it, see
     `spec.py`), plus what was resolved from it at the start of the run."""
     return {
-        "config": spec.config.name,
-        **spec_identity(spec),
-        "template_kwargs": spec.template_kwargs,
+        **spec_fields(spec),
         "profile": profile.name,
         "profile_definition": profile.to_json(),
         # How conversations are handed to the template (probed from it) and the date it renders.
         "template": {"message_form": chat.form.to_json(), "date": chat.template_date},
-        "max_prompt_tokens": spec.max_prompt_tokens,
-        "hygiene": HYGIENE_VERSION,
     }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from eagle3_synth.digests import file_digest
 from eagle3_synth.engines.base import EngineOptions, check_sampling
 from eagle3_synth.prompts.configs import DEFAULT_MAX_NEW_TOKENS
+from eagle3_synth.prompts.hygiene import HYGIENE_VERSION
 from eagle3_synth.prompts.prepare import max_prompt_tokens
 from eagle3_synth.prompts.selection import PromptPlan
 from eagle3_synth.run.shards import Shard
@@ -137,6 +138,19 @@ def spec_identity(value: Any) -> Any:
         function = spec_field.metadata.get("identity")
         out[spec_field.name] = function(item) if function is not None else spec_identity(item)
     return out
+
+
+def spec_fields(spec: RunSpec) -> dict[str, Any]:
+    """The fingerprint's fields that follow from the spec alone: its identity field by field, and
+    what is computed from it (the effective template kwargs, the longest prompt kept, the hygiene
+    rules' version). `generate` adds what it resolves from the tokenizer (profile, message form)."""
+    return {
+        "config": spec.config.name,
+        **spec_identity(spec),
+        "template_kwargs": spec.template_kwargs,
+        "max_prompt_tokens": spec.max_prompt_tokens,
+        "hygiene": HYGIENE_VERSION,
+    }
 
 
 @dataclass(frozen=True)

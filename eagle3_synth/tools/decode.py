@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from eagle3_synth.contract.boundaries import reasoning_end
+
 # Kimi-K2: <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{ARGS}<|tool_call_end|>
 _KIMI_ARGUMENT_BEGIN = "<|tool_call_argument_begin|>"
 # DeepSeek: V3.1 NAME<｜tool▁sep｜>{ARGS}; R1/V3 function<｜tool▁sep｜>NAME\n```json\n{ARGS}\n```
@@ -83,9 +85,7 @@ def reasoning_span(row: dict[str, Any]) -> tuple[int, int] | None:
     start = row["reasoning_start"]
     if start < 0:
         return None
-    n = len(row["output_ids"])
-    end = row["think_end"] if row["think_end"] >= 0 else (row["response_start"] if row["response_start"] >= 0 else n)
-    return start, end
+    return start, reasoning_end(row["think_end"], row["response_start"], len(row["output_ids"]))
 
 
 def assistant_message(row: dict[str, Any], tokenizer: Any, profile: str) -> dict[str, Any]:

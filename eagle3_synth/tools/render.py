@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from eagle3_synth.contract.boundaries import reasoning_end
+
 from eagle3_synth.tools.decode import decode_ids
 
 COLOURS = {
@@ -29,8 +31,7 @@ def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
     labels = ["other"] * n
     reasoning_start, think_end, response_start = row["reasoning_start"], row["think_end"], row["response_start"]
     if reasoning_start >= 0:
-        reasoning_end = think_end if think_end >= 0 else (response_start if response_start >= 0 else n)
-        for i in range(reasoning_start, reasoning_end):
+        for i in range(reasoning_start, reasoning_end(think_end, response_start, n)):
             labels[i] = "reasoning"
     if response_start >= 0:
         for i in range(response_start, n):

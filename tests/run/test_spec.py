@@ -1,0 +1,122 @@
+"""Every field of the run spec reaches the fingerprint; plumbing does not.
+
+The test walks the spec's dataclasses: each leaf field must have a variant below, and the variant
+must change the fingerprint. A field added to the spec without reaching the fingerprint -- the one
+failure this package exists to prevent (runs with other settings mixed) -- fails here, and so does
+a field added without a variant, so nobody can forget either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from eagle3_synth.prompts.configs import get_config
+from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
+from eagle3_synth.run.fingerprint import fingerprint
+from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, spec_fields
+
+from ..conftest import KIMI_TOKENIZER, QWEN_TOKENIZER, TINY_MODEL
+from ..support.prompt_cases import fixture_files
+
+
+@pytest.fixture()
+def files(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"messages": [{"role": "user", "content": "Hi"}]}\n', encoding="utf-8")
+    other_prompts = tmp_path / "other.jsonl"
+    other_prompts.write_text('{"messages": [{"role": "user", "content": "Hello"}]}\n', encoding="utf-8")
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text('{"sample_id": 0, "output_ids": [1]}\n', encoding="utf-8")
+    profile = tmp_path / "profiles.yaml"
+    profile.write_text("{}\n", encoding="utf-8")
+    model = tmp_path / "model"
+    shutil.copytree(TINY_MODEL, model)
+    return {"prompts": str(prompts), "other_prompts": str(other_prompts), "replay": str(replay),
+            "profile": str(profile), "model": str(model)}
+
+
+def leaf_paths(value, prefix="") -> list[str]:
+    """Dotted paths of every field of a spec dataclass, opening nested spec dataclasses."""
+    paths = []
+    for spec_field in dataclasses.fields(value):
+        item = getattr(value, spec_field.name)
+        if dataclasses.is_dataclass(item) and type(item).__module__.startswith("eagle3_synth.") \
+                and spec_field.name != "config":
+            paths += leaf_paths(item, f"{prefix}{spec_field.name}.")
+        else:
+            paths.append(prefix + spec_field.name)
+    return paths
+
+
+def replaced(spec, path: str, value):
+    head, _, rest = path.partition(".")
+    if not rest:
+        return dataclasses.replace(spec, **{head: value})
+    return dataclasses.replace(spec, **{head: replaced(getattr(spec, head), rest, value)})
+
+
+def bases(files) -> dict[str, RunSpec]:
+    model = ModelSpec(tokenizer=str(KIMI_TOKENIZER), model=files["model"])
+    from_file = RunSpec(prompts=PromptPlan(config=get_config("B1_glaive"), prompts_file=files["prompts"]), model=model)
+    from_source = dataclasses.replace(from_file, prompts=PromptPlan(
+        config=get_config("B1_glaive"), selection=PromptSelection(source_files=tuple(fixture_files("B1_glaive")))))
+    from_dataset = dataclasses.replace(from_file, prompts=PromptPlan(
+        config=get_config("B1_glaive"), selection=PromptSelection(from_source=True)))
+    return {"file": from_file, "source": from_source, "dataset": from_dataset}
+
+
+def variants(files) -> dict[str, tuple[str, object]]:
+    """path -> (which base spec, another value)."""
+    return {
+        "prompts.config": ("file", get_config("B3_ultrachat")),
+        "prompts.prompts_file": ("file", files["other_prompts"]),
+        "prompts.selection.source_files": ("source", tuple(fixture_files("B1_glaive"))[:1] + (files["prompts"],)),
+        "prompts.selection.from_source": ("file", True),  # a dataset instead of the prompts file
+        "prompts.selection.revision": ("dataset", "v1.0"),
+        "prompts.selection.seed": ("source", 7),
+        "prompts.selection.scan_limit": ("source", 3),
+        "prompts.limit": ("file", 1),
+        "model.tokenizer": ("file", str(QWEN_TOKENIZER)),
+        "model.model": ("file", None),
+        "model.replay_file": ("file", files["replay"]),
+        "model.trust_remote_code": ("file", True),
+        "model.profile": ("file", "kimi_k2"),
+        "model.profile_file": ("file", files["profile"]),
+        "model.template_kwargs": ("file", {"thinking": False}),
+        "model.template_date": ("file", "2026-01-02"),
+        "model.context_length": ("file", 20_000),
+        "sampling.max_new_tokens": ("file", 64),
+        "sampling.temperature": ("file", 0.0),
+        "sampling.top_p": ("file", 0.9),
+        "sampling.top_k": ("file", 20),
+        "sampling.seed": ("file", 1),
+    }
+
+
+def test_every_spec_field_reaches_the_fingerprint(files):
+    specs = bases(files)
+    table = variants(files)
+    assert sorted(leaf_paths(specs["file"])) == sorted(table), "a spec field without a variant here"
+    for path, (base, value) in table.items():
+        spec = specs[base]
+        assert fingerprint(spec_fields(replaced(spec, path, value))) != fingerprint(spec_fields(spec)), path
+
+
+def test_a_changed_file_changes_the_fingerprint(files):
+    spec = dataclasses.replace(bases(files)["file"], model=ModelSpec(tokenizer=str(KIMI_TOKENIZER),
+                                                                      replay_file=files["replay"]))
+    before = fingerprint(spec_fields(spec))
+    with open(files["replay"], "a", encoding="utf-8") as handle:
+        handle.write('{"sample_id": 1, "output_ids": [2]}\n')
+    assert fingerprint(spec_fields(spec)) != before
+
+
+def test_plumbing_is_not_in_the_spec():
+    spec_names = {f.name for cls in (RunSpec, ModelSpec, SamplingSpec, PromptPlan, PromptSelection)
+                  for f in dataclasses.fields(cls)}
+    plumbing = {f.name for f in dataclasses.fields(RunOptions)}
+    assert not spec_names & plumbing
+    assert {"run_dir", "engine", "shard", "max_hours", "retry_errors", "strict", "workers"} <= plumbing
