@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from datasets import load_dataset
 
@@ -58,9 +60,12 @@ def test_loss_mask_edges():
     assert loss_mask(2, 3, -1, "response") == [0, 0, 0, 0, 0]
 
 
-@pytest.mark.parametrize("kwargs", [{"train_on": "prompt"}, {"max_length": 0}])
-def test_bad_options(dataset, kwargs):
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize("kwargs, message", [
+    ({"train_on": "prompt"}, "train_on must be one of ('output', 'response'), got 'prompt'"),
+    ({"max_length": 0}, "max_length must be >= 1, got 0"),
+])
+def test_bad_options(dataset, kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         training_example(dataset[0], **kwargs)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         training_map_fn(**kwargs)
