@@ -27,3 +27,12 @@ class EngineError(Eagle3SynthError, RuntimeError):
 
 class TransientEngineError(EngineError):
     """A failure worth retrying (connection dropped, timeout, 5xx)."""
+
+
+class RunIncomplete(Eagle3SynthError):
+    """Generation stopped with samples left (--max-hours, SIGTERM, Ctrl-C): everything so far is
+    journaled and the same call resumes. `summary` is the run's `RunSummary`."""
+
+    def __init__(self, message: str, summary: object = None):
+        super().__init__(message)
+        self.summary = summary

@@ -4,8 +4,8 @@ For each size it synthesises a run directory (prompts.jsonl, run.json with the K
 ids, journal files from 8 "sessions" in shuffled completion order, ~2,000 output ids a sample with
 reasoning, `</think>`, an answer and the stop token), then, in a fresh process each:
   - scan:     `RunDirectory.scan()` alone (the journal index build and exactly-once choice);
-  - assemble: `dataset_folder.assemble_config` -- iter_rows -> builders' GeneratorBasedBuilder ->
-              Parquet, exactly what `eagle3-synth build --run-dir RUN --out DIR` runs.
+  - assemble: `cli.build.assemble_config` -- iter_row_tables -> the builder (ArrowBasedBuilder,
+              tables of 1,000 rows) -> Parquet, exactly what `eagle3-synth build --run-dir RUN --out DIR` runs.
 It reports wall time, CPU time and the process's peak RSS (from wait4), so one can see whether
 memory grows with the sample count. Run:
 

@@ -31,8 +31,8 @@ def main() -> int:
     print("$ eagle3-synth " + " ".join(argv), flush=True)
     if cli(argv) != 0:
         return 1
-    # force_redownload: datasets caches a local folder by name, not content, and the demo rebuilds it.
-    dataset = load_dataset(str(OUT), "B1_glaive", split="train", download_mode="force_redownload")
+    # A plain load sees a rebuilt folder's rows: its README's data_files name this build's shards.
+    dataset = load_dataset(str(OUT), "B1_glaive", split="train")
     print(f"\nload_dataset({str(OUT)!r}, 'B1_glaive') -> {len(dataset)} rows, features:")
     for name, feature in dataset.features.items():
         print(f"  {name}: {feature}")

@@ -9,19 +9,19 @@ while samples have no result yet, naming the shards to finish, unless --partial 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 import glob
 import os
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from eagle3_synth.dataset.folder import (_datasets_progress_bars_off, install_parquet_files, write_readme,
-                                         write_run_info)
-from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.directory import RunDirectory
-from eagle3_synth.run.assemble import check_run, no_rows_message
-from eagle3_synth.run.generate import generate
-from eagle3_synth.cli.options import add_generation_arguments, default_run_dir, report_generation, run_options, run_spec
+from eagle3_synth.cli.options import EXIT_RESUMABLE, add_generation_arguments, default_run_dir, generation_settings
+from eagle3_synth.dataset.folder import install_parquet_files, write_readme, write_run_info
+from eagle3_synth.errors import ConfigError, Eagle3SynthError, RunIncomplete
+from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
+from eagle3_synth.run.kill_points import kill_point
+from eagle3_synth.run.settings import GenerationSettings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,58 +39,85 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = default_run_dir(args)
-    if args.model or args.tokenizer or args.replay:
-        status = report_generation(generate(run_spec(args), run_options(args, run_dir)))
-        if status:
-            return status
-    elif not RunDirectory(run_dir).exists():
-        raise ConfigError(f"{run_dir} holds no run yet: give --model (and --engine ...) to generate the config, "
-                              "or --run-dir of a run that `eagle3-synth generate` filled")
-    coverage = check_run(run_dir, args.config)
-    for line in coverage.lines():
-        print(line)
-    if coverage.rows == 0:
-        raise ConfigError(no_rows_message(run_dir, args.config, coverage, args.out))
-    if not coverage.complete:
-        if not args.partial:
-            raise ConfigError(coverage.missing_message())
-        print(f"  --partial: building without the {len(coverage.missing)} samples that have no result yet")
-    rows, files = assemble_config(run_dir, args.out, args.config)
+    settings = generation_settings(args, default_run_dir(args))
+    try:
+        rows, files = build_config(args.config, args.out, settings, partial=args.partial)
+    except RunIncomplete:
+        return EXIT_RESUMABLE  # its summary is printed; the run resumes with the same command
+    except NoRowsToWrite as exc:
+        raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
     print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
     return 0
 
 
-def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
-    """Write a config's rows from its run directory (any fsspec URL) into the folder; return (rows, files).
+def builder_class() -> type:
+    """The datasets builder, as installed (`builders/` of the repo, installed as eagle3_synth_builders)."""
+    try:
+        from eagle3_synth_builders import Eagle3Synth
+    except ImportError as exc:
+        raise ConfigError(f"the builder package eagle3_synth_builders is not installed ({exc}); reinstall "
+                          "eagle3-synth (pip install -e . in a checkout)") from None
+    return Eagle3Synth
 
-    Staged in `.assemble-<config>`, a fixed name, so whatever a killed assembly left there is
-    cleared by the next one instead of piling up in the folder that gets published.
+
+def build_config(
+    config: str,
+    folder: str | Path,
+    settings: GenerationSettings,
+    *,
+    partial: bool = False,
+    echo: Callable[[str], None] = print,
+) -> tuple[int, list[Path]]:
+    """Generate (if `settings` say so) and assemble `config` through the builder, then install its
+    Parquet files into `<folder>/<config>/` with run_info.json, and rewrite README.md; return
+    (rows, files). `settings.run_dir` is the run directory (any fsspec URL).
+
+    The builder works in `.assemble-<config>`, a fixed name, so whatever a killed build left there
+    is cleared by the next one instead of piling up in the folder that gets published.
     """
-    from builders import Eagle3Synth
-
-    from eagle3_synth.run.directory import RunDirectory
-
-    from eagle3_synth.run.kill_points import kill_point
+    from datasets.exceptions import DatasetGenerationError
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     staging = folder / f".assemble-{config}"
     shutil.rmtree(staging, ignore_errors=True)
-    with RunDirectory(run_dir).local_copy() as run:
+    try:
+        builder = builder_class()(config_name=config, cache_dir=str(staging / "cache"), echo=echo,
+                                  partial=partial, **settings.to_kwargs())
+        output_dir = str(staging / "out")
         try:
-            builder = Eagle3Synth(config_name=config, run_dir=run.url, cache_dir=str(staging / "cache"))
-            output_dir = str(staging / "out")
             with _datasets_progress_bars_off():  # a 100k-row tqdm bar is one huge line in batch logs
                 builder.download_and_prepare(output_dir=output_dir, file_format="parquet")
-            sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
-            num_rows = builder.info.splits["train"].num_examples
-            if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
-                raise ConfigError(f"{config}: the run directory {run_dir} holds no row to write; nothing written")
-            files = install_parquet_files(sources, folder, config)
-            kill_point("assemble.installed")
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        write_run_info(folder, config, run.url)
+        except DatasetGenerationError as exc:  # datasets wraps what assembly raised
+            if isinstance(exc.__cause__, Eagle3SynthError):
+                raise exc.__cause__ from None
+            raise
+        sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
+        num_rows = builder.info.splits["train"].num_examples
+        if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
+            raise ConfigError(f"{config}: the run directory {settings.run_dir} holds no row to write; nothing written")
+        files = install_parquet_files(sources, folder, config)
+        kill_point("assemble.installed")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_run_info(folder, config, settings.run_dir)
     write_readme(folder, {config: num_rows})
     return num_rows, files
+
+
+def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
+    """Assemble a config's generated run directory into the folder (no generation); (rows, files)."""
+    return build_config(config, folder, GenerationSettings(run_dir=run_dir), echo=lambda line: None)
+
+
+@contextmanager
+def _datasets_progress_bars_off() -> Iterator[None]:
+    from datasets.utils import logging as datasets_logging
+
+    was_enabled = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets_logging.enable_progress_bar()

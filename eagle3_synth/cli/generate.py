@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from eagle3_synth.run.generate import generate
-from eagle3_synth.cli.options import add_generation_arguments, report_generation, run_options, run_spec
+from eagle3_synth.cli.options import add_generation_arguments, generation_settings, report_generation
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    status = report_generation(generate(run_spec(args), run_options(args, args.run_dir)))
+    status = report_generation(generate(*generation_settings(args, args.run_dir).resolve(args.config)))
     if status == 0:
         print(f"when every shard is done: eagle3-synth build {args.config} --run-dir {args.run_dir} --out DIR")
     return status

@@ -2,20 +2,26 @@
 
 The same folder loads locally with `load_dataset(folder, config)` and is what gets published, so
 the README front matter (`configs`, `dataset_info`) is always rendered from the Parquet files that
-are actually there. The card body is rendered from `dataset_card.md` with the figures people want
-before downloading (counts, length quantiles, shares) and the provenance of every config, which
-`build` copies from the run directory into `<config>/run_info.json` so it travels with the data.
+are actually there. The card body is rendered from `dataset_card.md` (package data beside this
+module) with the figures people want before downloading (counts, length quantiles, shares) and the
+provenance of every config, which `build` copies from the run directory into
+`<config>/run_info.json` so it travels with the data.
+
+Shard names carry a fingerprint of the build's bytes (`train-<fp8>-00000-of-00001.parquet`) and the
+README's `data_files` name it: datasets caches a local folder under a hash of its README's configs,
+not of the files' contents, so a rebuilt folder changes that hash and loads its own rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +36,7 @@ from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.contract.row import FEATURES
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 
-CARD_TEMPLATE = Path(__file__).resolve().parents[2] / "dataset_card.md"
+CARD_TEMPLATE = resources.files("eagle3_synth.dataset") / "dataset_card.md"
 DEFAULT_CONFIG = "B1_glaive"
 RUN_INFO_FILE = "run_info.json"
 PRETTY_NAME = "eagle3-synth"
@@ -38,10 +44,29 @@ TAGS = ["eagle3", "speculative-decoding", "synthetic", "reasoning", "tool-callin
 _LICENSE_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
 _HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
+_SHARD_NAME = re.compile(r"train-(?:([0-9a-f]{8})-)?\d{5}-of-\d{5}\.parquet")
 
 
-def config_data_files(config: str) -> list[dict[str, str]]:
-    return [{"split": "train", "path": f"{config}/train-*.parquet"}]
+def config_data_files(config: str, fingerprint: str | None = None) -> list[dict[str, str]]:
+    """The card's `data_files` of a config: its shards, those of one build if `fingerprint` is given."""
+    name = f"train-{fingerprint}-*.parquet" if fingerprint else "train-*.parquet"
+    return [{"split": "train", "path": f"{config}/{name}"}]
+
+
+def build_fingerprint(files: Sequence[str | Path]) -> str:
+    """8 hex digits of the SHA-256 of the files' bytes, in order: the same rows give the same name."""
+    digest = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:8]
+
+
+def shard_fingerprint(folder: Path, config: str) -> str | None:
+    """The build fingerprint a config's shard names carry (None for names without one)."""
+    found = {m.group(1) if (m := _SHARD_NAME.fullmatch(p.name)) else None for p in config_files(folder, config)}
+    return found.pop() if len(found) == 1 else None
 
 
 def built_configs(folder: Path) -> list[str]:
@@ -60,7 +85,8 @@ def parquet_rows(files: Sequence[Path]) -> int:
 
 
 def install_parquet_files(sources: list[str], folder: Path, config: str) -> list[Path]:
-    """Move freshly written Parquet shards into `<folder>/<config>/` as `train-XXXXX-of-YYYYY`.
+    """Move freshly written Parquet shards into `<folder>/<config>/` as `train-<fp8>-XXXXX-of-YYYYY`
+    (`build_fingerprint` of their bytes).
 
     The new files are staged beside the old ones and swapped in with renames, so an interrupted
     build never leaves a config half old, half new.
@@ -68,10 +94,11 @@ def install_parquet_files(sources: list[str], folder: Path, config: str) -> list
     target = folder / config
     staging = Path(tempfile.mkdtemp(prefix=f".{config}-", dir=folder))
     staging.chmod(0o755)  # mkdtemp makes it private; the published folder should not be
-    total = len(sources)
+    sources = sorted(sources)
+    total, fingerprint = len(sources), build_fingerprint(sources)
     installed = []
-    for i, source in enumerate(sorted(sources)):
-        dest = staging / f"train-{i:05d}-of-{total:05d}.parquet"
+    for i, source in enumerate(sources):
+        dest = staging / f"train-{fingerprint}-{i:05d}-of-{total:05d}.parquet"
         shutil.move(source, dest)
         installed.append(target / dest.name)
     old = None
@@ -168,13 +195,34 @@ def size_category(rows: int) -> str:
     return "100M<n<1B"
 
 
-def card_data(configs: Sequence[str], num_rows: Mapping[str, int], features: Features = FEATURES) -> DatasetCardData:
-    """YAML front matter: one `configs` entry per config (one `default: true`) and its `dataset_info`."""
-    from eagle3_synth.prompts.configs import CONFIGS
+def config_facts(config: str, run_info: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """A config's source, pattern and license: a built-in's from the registry; another's as its run
+    recorded it (a --config-file need not be loaded in this process), else the live registry's."""
+    from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, CONFIGS
 
+    recorded = ((run_info or {}).get("meta") or {}).get("config")
+    if config not in BUILTIN_CONFIGS and isinstance(recorded, dict):
+        return recorded
+    spec = CONFIGS.get(config)
+    return {"source": spec.source, "pattern": spec.pattern, "license": spec.license} if spec else None
+
+
+def card_data(
+    configs: Sequence[str],
+    num_rows: Mapping[str, int],
+    features: Features = FEATURES,
+    *,
+    run_infos: Mapping[str, Mapping[str, Any] | None] | None = None,
+    data_files: Mapping[str, list[dict[str, str]]] | None = None,
+) -> DatasetCardData:
+    """YAML front matter: one `configs` entry per config (one `default: true`) and its `dataset_info`.
+
+    `data_files` per config defaults to all its shards (`config_data_files`)."""
+    run_infos, data_files = run_infos or {}, data_files or {}
     default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else (configs[0] if configs else None)
-    # A config defined by --config-file in another process is not in this registry: license unknown.
-    licenses = sorted({hub_license(CONFIGS[c].license) if c in CONFIGS else "unknown" for c in configs}) or ["unknown"]
+    facts = {c: config_facts(c, run_infos.get(c)) for c in configs}
+    licenses = sorted({hub_license(str(f.get("license", ""))) if f else "unknown"
+                       for f in facts.values()}) or ["unknown"]
     data = DatasetCardData(
         pretty_name=PRETTY_NAME,
         license=licenses[0] if len(licenses) == 1 else licenses,
@@ -184,7 +232,8 @@ def card_data(configs: Sequence[str], num_rows: Mapping[str, int], features: Fea
     )
     MetadataConfigs(
         {
-            name: {"data_files": config_data_files(name), **({"default": True} if name == default else {})}
+            name: {"data_files": data_files.get(name) or config_data_files(name),
+                   **({"default": True} if name == default else {})}
             for name in configs
         }
     ).to_dataset_card_data(data)
@@ -198,17 +247,18 @@ def card_data(configs: Sequence[str], num_rows: Mapping[str, int], features: Fea
 
 
 # -- card body ---------------------------------------------------------------------------------------
-def _configs_table(configs: Sequence[str], num_rows: Mapping[str, int]) -> str:
-    from eagle3_synth.prompts.configs import CONFIGS
-
+def _configs_table(configs: Sequence[str], num_rows: Mapping[str, int],
+                   run_infos: Mapping[str, Mapping[str, Any] | None]) -> str:
     lines = ["| config | samples | prompts from | what it teaches | license |", "|---|---|---|---|---|"]
     for name in configs:
-        spec = CONFIGS.get(name)
-        if spec is None:  # a --config-file config not given to this process
+        facts = config_facts(name, run_infos.get(name))
+        if facts is None:  # a --config-file config neither recorded by its run nor given to this process
             lines.append(f"| `{name}` | {num_rows.get(name, 0)} | - | - | unknown |")
             continue
-        source = f"[{spec.source}](https://huggingface.co/datasets/{spec.source})" if spec.source else "-"
-        lines.append(f"| `{name}` | {num_rows.get(name, 0)} | {source} | {spec.pattern or '-'} | {spec.license} |")
+        source = facts.get("source")
+        source = f"[{source}](https://huggingface.co/datasets/{source})" if source else "-"
+        lines.append(f"| `{name}` | {num_rows.get(name, 0)} | {source} | {facts.get('pattern') or '-'} "
+                     f"| {facts.get('license') or 'unknown'} |")
     return "\n".join(lines)
 
 
@@ -261,19 +311,20 @@ def render_card(
     version: str | None = None,
     plots: Mapping[str, str] | None = None,
     features: Features = FEATURES,
+    data_files: Mapping[str, list[dict[str, str]]] | None = None,
 ) -> str:
     """README.md text: front matter for `configs`, body from dataset_card.md with every figure filled.
 
     `stats` are `stats.ConfigStats` in config order; `plots` maps a config to its PNG path in the
-    repo. A placeholder the template names but nothing fills is an error, so template and code
-    cannot drift apart silently.
+    repo; `data_files` (per config) as in `card_data`. A placeholder the template names but nothing
+    fills is an error, so template and code cannot drift apart silently.
     """
     from eagle3_synth.dataset.stats import format_stats_table
 
-    data = card_data(configs, num_rows, features)
+    data = card_data(configs, num_rows, features, run_infos=run_infos, data_files=data_files)
     if not CARD_TEMPLATE.is_file():
-        raise FileNotFoundError(f"the card template {CARD_TEMPLATE} is missing; install eagle3-synth from a "
-                                "checkout (pip install -e .), where dataset_card.md sits beside the package")
+        raise FileNotFoundError(f"the card template {CARD_TEMPLATE} is missing from the installed package; "
+                                "reinstall eagle3-synth")
     template = CARD_TEMPLATE.read_text(encoding="utf-8")
     default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else configs[0]
     values = {
@@ -281,7 +332,7 @@ def render_card(
         "version": version or "unreleased (local build)",
         "revision_arg": f', revision="{version}"' if version else "",
         "default_config": default,
-        "configs_table": _configs_table(configs, num_rows),
+        "configs_table": _configs_table(configs, num_rows, run_infos),
         # A header such as "no </think>" would be read as an HTML tag and vanish from the page.
         "stats_table": _HTML_TAG_START.sub("&lt;", format_stats_table(list(stats), markdown=True)),
         "generation_table": _generation_table(configs, run_infos),
@@ -306,11 +357,15 @@ def _extra_columns(features: Features) -> str:
 
 def folder_stats(folder: Path, configs: Sequence[str]) -> list[Any]:
     """`stats.config_stats` per config, reading only the small scalar columns of its Parquet files."""
-    from eagle3_synth.dataset.stores import FolderSource
+    import pyarrow.dataset as pads
+
     from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats
 
-    source = FolderSource(str(folder))
-    return [config_stats(source.table(c, STATS_COLUMNS), config=c) for c in configs]
+    def table(config: str) -> Any:
+        files = [str(p) for p in config_files(folder, config)]
+        return pads.dataset(files, format="parquet").to_table(columns=list(STATS_COLUMNS))
+
+    return [config_stats(table(c), config=c) for c in configs]
 
 
 def write_readme(folder: Path, num_rows: Mapping[str, int] | None = None) -> Path:
@@ -325,22 +380,11 @@ def write_readme(folder: Path, num_rows: Mapping[str, int] | None = None) -> Pat
         stats=folder_stats(folder, configs),
         run_infos={c: read_run_info(folder, c) for c in configs},
         repo_id=str(folder),
+        # Each build's own shards, so a rebuilt folder is a new dataset to datasets' cache.
+        data_files={c: config_data_files(c, shard_fingerprint(folder, c)) for c in configs},
     )
     path = folder / "README.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-@contextmanager
-def _datasets_progress_bars_off() -> Iterator[None]:
-    from datasets.utils import logging as datasets_logging
-
-    was_enabled = datasets_logging.is_progress_bar_enabled()
-    datasets_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            datasets_logging.enable_progress_bar()

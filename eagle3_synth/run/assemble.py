@@ -1,29 +1,74 @@
 """Assembly's side of a run directory: contract rows in sample_id order, and what the run holds.
 
 `iter_rows` works while a run is still generating (unfinished and failed samples are left out);
+`iter_row_tables` gives the same rows as Arrow tables of the contract's schema, per sample-id range,
+so the builder writes whole batches and `num_proc` processes can each take some ranges;
 `check_run` says what a run holds before a dataset is written from it.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from eagle3_synth.contract.profiles import MarkerIds
-from eagle3_synth.contract.row import dumps_messages, dumps_tools, make_row
+from eagle3_synth.contract.row import FEATURES, dumps_messages, dumps_tools, make_row
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.progress import MAX_LISTED, Coverage
 
+# Rows per Arrow table handed to the writer: large enough that per-table costs vanish, small
+# enough that a batch of ~2,000-id outputs stays a few tens of MiB.
+ROWS_PER_TABLE = 1_000
+# Sample-id ranges a run is split into for assembly: the most processes `num_proc` can use.
+ASSEMBLY_RANGES = 64
 
-def iter_rows(run_dir: str, markers: MarkerIds | None = None) -> Iterator[dict[str, Any]]:
-    """Contract rows of a run directory in sample_id order, exactly one per generated sample.
+
+def sample_id_ranges(sample_ids: np.ndarray, count: int = ASSEMBLY_RANGES) -> list[tuple[int, int]]:
+    """`[start, stop)` ranges covering the sorted `sample_ids`, at most `count`, equal in ids held."""
+    if not len(sample_ids):
+        return []
+    chunks = np.array_split(np.sort(sample_ids), min(count, len(sample_ids)))
+    return [(int(chunk[0]), int(chunk[-1]) + 1) for chunk in chunks]
+
+
+class _Ranges:
+    """Membership in sorted, disjoint `[start, stop)` ranges, and which one holds an id."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]] | None):
+        self.ranges = sorted((int(a), int(b)) for a, b in ranges) if ranges is not None else None
+        self.starts = [a for a, _ in self.ranges or ()]
+        self.stop = self.ranges[-1][1] if self.ranges else None
+
+    def which(self, sample_id: int) -> int:
+        """Index of the range holding `sample_id`, -1 if none (always 0 without ranges)."""
+        if self.ranges is None:
+            return 0
+        i = bisect.bisect_right(self.starts, sample_id) - 1
+        return i if i >= 0 and sample_id < self.ranges[i][1] else -1
+
+    def past(self, sample_id: int) -> bool:
+        return self.stop is not None and sample_id >= self.stop
+
+
+def iter_rows(
+    run_dir: str, markers: MarkerIds | None = None, ranges: Sequence[tuple[int, int]] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Contract rows of a run directory in sample_id order, exactly one per generated sample;
+    only those in the `[start, stop)` sample-id `ranges` when given.
 
     Works while a run is still generating (unfinished samples are left out, failed ones too).
     Memory holds the journal index (about 25 bytes a sample) and one sample at a time.
     """
+    wanted = _Ranges(ranges)
+    if wanted.ranges == []:
+        return
     with RunDirectory(run_dir).local_copy() as run:
         markers = markers or run.markers()
         index = run.scan()
@@ -32,11 +77,17 @@ def iter_rows(run_dir: str, markers: MarkerIds | None = None) -> Iterator[dict[s
         has_row = index.ok
 
         def keep(sample_id: int) -> bool:
+            if wanted.past(sample_id):
+                return True  # parsed, and ends the pass (prompts are in sample_id order)
             position = index.position(sample_id)
-            return position >= 0 and bool(has_row[position])
+            return position >= 0 and bool(has_row[position]) and wanted.which(sample_id) >= 0
 
         with index.reader(run.fs) as read:
             for prompt in run.iter_prompts(keep=keep):
+                if wanted.past(prompt.sample_id):
+                    break
+                if not keep(prompt.sample_id):
+                    continue  # a line `iter_prompts` could not pre-check
                 result = read(index.position(prompt.sample_id))
                 kill_point("assemble.row")
                 yield make_row(
@@ -51,13 +102,50 @@ def iter_rows(run_dir: str, markers: MarkerIds | None = None) -> Iterator[dict[s
                 )
 
 
-def no_rows_message(run_dir: str, config: str, coverage: Coverage, out: str) -> str:
-    """Why a config has nothing to write: the rejects by reason and the failed samples."""
+def iter_row_tables(
+    run_dir: str, ranges: Sequence[tuple[int, int]], rows_per_table: int = ROWS_PER_TABLE
+) -> Iterator[tuple[int, int, pa.Table]]:
+    """The rows of `ranges` as `(range index, table index within it, table)`, tables of at most
+    `rows_per_table` rows in `FEATURES.arrow_schema`: the builder writes them without encoding
+    one example at a time."""
+    schema = FEATURES.arrow_schema
+    wanted = _Ranges(ranges)
+    order = {pair: i for i, pair in enumerate((int(a), int(b)) for a, b in ranges)}  # given order, for keys
+    batch: list[dict[str, Any]] = []
+    current, tables = -1, 0
+
+    def table() -> pa.Table:
+        return pa.Table.from_pylist(batch, schema=schema)
+
+    for row in iter_rows(run_dir, ranges=ranges):
+        which = order[wanted.ranges[wanted.which(row["sample_id"])]]
+        if batch and (which != current or len(batch) >= rows_per_table):
+            yield current, tables, table()
+            tables = tables + 1 if which == current else 0
+            batch = []
+        current = which
+        batch.append(row)
+    if batch:
+        yield current, tables, table()
+
+
+class NoRowsToWrite(ConfigError):
+    """A config whose run holds no row (every prompt rejected, or every sample failed)."""
+
+    def __init__(self, run_dir: str, config: str, coverage: Coverage):
+        self.run_dir, self.config, self.coverage = run_dir, config, coverage
+        super().__init__(no_rows_message(run_dir, config, coverage))
+
+
+def no_rows_message(run_dir: str, config: str, coverage: Coverage, out: str | None = None) -> str:
+    """Why a config has nothing to write: the rejects by reason and the failed samples; `out`, the
+    dataset folder it was to be written into, if there is one."""
     counts = Counter(reject["reason"] for reject in RunDirectory(run_dir).iter_rejects())
     rejected = ", ".join(f"{reason}={n}" for reason, n in counts.most_common()) or "none"
+    written = f"nothing written to {out}, whose other configs stay loadable" if out else "nothing written"
     return (f"{config}: no row to write ({coverage.prompts} prompts kept, rejected: {rejected}; "
-            f"{coverage.finish_reasons.get('abort', 0)} failed): nothing written to {out}, whose other configs "
-            f"stay loadable. Each rejected prompt is listed with its reason in {run_dir}/rejects.jsonl")
+            f"{coverage.finish_reasons.get('abort', 0)} failed): {written}. "
+            f"Each rejected prompt is listed with its reason in {run_dir}/rejects.jsonl")
 
 
 def check_run(run_dir: str, config: str) -> Coverage:
@@ -89,4 +177,5 @@ def check_run(run_dir: str, config: str) -> Coverage:
         duplicates=index.duplicates,
         torn=index.torn,
         corrupt=index.corrupt,
+        sample_ids=ids,
     )

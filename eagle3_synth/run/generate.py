@@ -6,13 +6,14 @@ without a result (`assemble.py` turns the run directory into rows).
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -129,6 +130,11 @@ def library_versions(engine: str) -> dict[str, str]:
     return found
 
 
+def config_record(config: Any) -> dict[str, Any]:
+    """A `ConfigSpec` as JSON (its tuples as lists)."""
+    return json.loads(json.dumps(asdict(config)))
+
+
 def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
     """The engine's options: the plumbing of `options`, with the model, tokenizer and replay file of the spec."""
     return replace(options.engine_options, model=spec.model.model or options.engine_options.model,
@@ -164,6 +170,9 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
             "tokenizer": _absolute(model.tokenizer),
             "trust_remote_code": model.trust_remote_code,
             "template_kwargs": spec.template_kwargs,
+            # The config itself (source, license ...), so a card rendered in a process that never
+            # loaded a --config-file still says where the prompts came from.
+            "config": config_record(spec.config),
             "eagle3_synth_version": __version__,
             "versions": library_versions(options.engine),
             "started": utc_timestamp(),

@@ -185,6 +185,8 @@ class Coverage:
     duplicates: int = 0
     torn: int = 0
     corrupt: int = 0
+    # sample_ids of the prepared prompts (what assembly splits into ranges)
+    sample_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def complete(self) -> bool:

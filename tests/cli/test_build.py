@@ -35,6 +35,33 @@ def test_build_replay_then_load(tmp_path, kimi_tokenizer):
     assert (out / "README.md").read_text().startswith("---\n")
 
 
+def test_a_rebuilt_folder_loads_its_new_rows_plainly(tmp_path, kimi_tokenizer):
+    """datasets caches a local folder under a hash of its README's configs, not of its files: the
+    shard names (and so the README's data_files) carry the build's fingerprint, so a plain
+    load_dataset in the same datasets cache sees the rebuilt rows."""
+    import re
+
+    from huggingface_hub import DatasetCard
+
+    write_replay(tmp_path / "replay-0.jsonl", kimi_tokenizer, 6)
+    records = [json.loads(line) for line in open(tmp_path / "replay-0.jsonl", encoding="utf-8")]
+    # The same six prompts, each answered with the next one's output: same row count, other rows.
+    (tmp_path / "replay-1.jsonl").write_text(
+        "".join(json.dumps({**records[(i + 1) % 6], "sample_id": i}) + "\n" for i in range(6)), encoding="utf-8")
+    out, loaded = tmp_path / "ds", []
+    for attempt in (0, 1):
+        assert main(["build", "B1_glaive", "--model", str(KIMI_TOKENIZER), "--engine", "replay",
+                     "--replay", str(tmp_path / f"replay-{attempt}.jsonl"),
+                     "--run-dir", str(tmp_path / f"run-{attempt}"), "--out", str(out)]) == 0
+        [shard] = sorted((out / "B1_glaive").glob("*.parquet"))
+        fingerprint = re.fullmatch(r"train-([0-9a-f]{8})-00000-of-00001\.parquet", shard.name).group(1)
+        [config] = DatasetCard.load(out / "README.md").data.to_dict()["configs"]
+        assert config["data_files"] == [{"split": "train", "path": f"B1_glaive/train-{fingerprint}-*.parquet"}]
+        loaded.append(load_dataset(str(out), "B1_glaive", split="train")["output_ids"])
+    assert loaded[0] == [r["output_ids"] for r in records]
+    assert loaded[1] == [records[(i + 1) % 6]["output_ids"] for i in range(6)]
+
+
 def test_second_config_keeps_the_first(tmp_path, kimi_tokenizer):
     write_replay(tmp_path / "replay.jsonl", kimi_tokenizer, 6)
     out = tmp_path / "ds"

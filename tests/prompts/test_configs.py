@@ -171,3 +171,23 @@ def test_bad_config_files_are_named(tmp_path, capsys, text, message):
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="--config-file .*nope.yaml: no such file"):
         load_config_file(tmp_path / "nope.yaml")
+
+
+def test_a_custom_configs_card_says_its_license_and_source_without_the_config_file(tmp_path, kimi_tokenizer):
+    """The run records the config it was generated from, so the card of a folder built from a
+    --config-file shows its source and license in a process that never loaded that file."""
+    from huggingface_hub import DatasetCard
+
+    from eagle3_synth.dataset.folder import write_readme
+
+    write_yaml(tmp_path / "configs.yaml", CONFIG_YAML + "  source: my-org/support-chats\n")
+    write_replay(tmp_path / "replay.jsonl", kimi_tokenizer, 10)
+    assert main(build_args(tmp_path, "MY_support", "--source-file", str(write_chats(tmp_path / "chats.jsonl")))) == 0
+    run = json.loads((tmp_path / "ds" / ".runs" / "MY_support" / "run.json").read_text())
+    assert run["meta"]["config"]["license"] == "cc-by-4.0" and run["meta"]["config"]["source"] == "my-org/support-chats"
+
+    del CONFIGS["MY_support"]  # as in another process: the config file was never loaded
+    card = DatasetCard.load(write_readme(tmp_path / "ds"))
+    assert card.data.to_dict()["license"] == "cc-by-4.0"
+    assert ("| `MY_support` | 3 | [my-org/support-chats](https://huggingface.co/datasets/my-org/support-chats) "
+            "| customer-support chat | cc-by-4.0 |") in card.text

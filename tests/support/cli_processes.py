@@ -34,7 +34,7 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 # Everything a build imports, tokenizer machinery included (transformers imports it lazily).
 _CONTEXT.set_forkserver_preload([
     "eagle3_synth.cli", "eagle3_synth.cli.build", "eagle3_synth.cli.generate", "eagle3_synth.dataset.folder",
-    "builders", "transformers.models.auto.tokenization_auto", "transformers.tokenization_utils_tokenizers",
+    "eagle3_synth_builders", "transformers.models.auto.tokenization_auto", "transformers.tokenization_utils_tokenizers",
     "transformers.convert_slow_tokenizer", "transformers.models.auto.modeling_auto", "tests.support.cli_processes",
 ])
 
