@@ -6,7 +6,18 @@ on, and check here:
 - `len(output_ids) == completion_tokens` (the stop token is kept and counted);
 - `prompt_tokens == len(prompt_ids)` (nothing truncated or re-tokenized on the way);
 - the output does not start with the prompt (a server that echoes the input);
-- a token stop ends with the matched id;
+- a token stop ends with the matched id, and that id is one of the requested stop ids: SGLang
+  reports a NaN or out-of-range sampled token as `{"type": "stop", "matched": "NaN happened"}`
+  after writing an EOS/stop id in its place (sglang 0.5.23 srt/managers/schedule_batch.py:1977-1991,
+  `Req._check_vocab_boundary_finish`), so a stop whose `matched` is a string (we never send stop
+  strings) or an id we did not request is that sample's error (journaled, regenerated with
+  `--retry-errors`), never a row;
+- a `length` finish may have fewer ids than `max_new_tokens`: the scheduler lowers a request's
+  `max_new_tokens` to `min(requested, max_req_len - input_len - 1)` and then to what the KV pool can
+  hold (srt/managers/scheduler.py:2693-2736, `init_req_max_new_tokens`; `max_req_len =
+  min(context_len - 1, kv_capacity - 1)`, srt/managers/tp_worker.py:568-572), and reports
+  `{"type": "length", "length": <the lowered value>}` (schedule_batch.py:2004). Such a row is valid
+  (`finish_reason` "length"); `is_short_length` tells it apart;
 - `finish_reason` maps to the contract's `stop` / `length` / `abort`.
 An engine-side abort (`{"type": "abort", "message": ...}`) is not a violation: it becomes that
 sample's error result, reported and generated again with `--retry-errors`.
@@ -14,6 +25,7 @@ sample's error result, reported and generated again with `--retry-errors`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from eagle3_synth.errors import EngineError
@@ -39,10 +51,31 @@ def abort_message(finish: dict[str, Any]) -> str:
     return f"aborted by SGLang: {message}" + (f" (status {status})" if status is not None else "")
 
 
-def check_result(request: GenerationRequest, response: Any, source: str) -> GenerationResult:
+def is_short_length(result: GenerationResult, max_new_tokens: int) -> bool:
+    """A `length` finish with fewer tokens than asked: SGLang lowered max_new_tokens to fit the
+    context or the KV budget (scheduler.py:2693-2736). Still a valid row."""
+    return result.finish_reason == "length" and result.completion_tokens < max_new_tokens
+
+
+def unrequested_stop(finish: dict[str, Any], stop_token_ids: Collection[int] | None) -> str | None:
+    """Why a `stop` finish is not a stop we asked for, or None when it is."""
+    matched = finish.get("matched")
+    if not isinstance(matched, int) or isinstance(matched, bool):
+        # e.g. "NaN happened": a NaN / out-of-range token, replaced by an EOS id (schedule_batch.py:1977-1991)
+        return (f"finish_reason stop with matched {matched!r}, not a stop token id (SGLang reports a NaN or "
+                "out-of-range sampled token this way, with an EOS id written in its place)")
+    if stop_token_ids is not None and matched not in stop_token_ids:
+        return f"finish_reason stop on token {matched}, which is not one of the requested stop ids {sorted(stop_token_ids)}"
+    return None
+
+
+def check_result(request: GenerationRequest, response: Any, source: str,
+                 stop_token_ids: Collection[int] | None = None) -> GenerationResult:
     """Turn one SGLang result dict into a `GenerationResult`, or raise `EngineError` naming the sample.
 
-    `source` says where the result came from (a URL, "sglang.Engine") for the message.
+    `source` says where the result came from (a URL, "sglang.Engine") for the message;
+    `stop_token_ids` are the ids the request asked to stop on (None: any integer id is accepted).
+    A stop that is not one of them is returned as that sample's error result.
     """
     if not isinstance(response, dict):
         raise _violation(request, source, f"expected one result object, got {type(response).__name__}")
@@ -70,6 +103,9 @@ def check_result(request: GenerationRequest, response: Any, source: str) -> Gene
         raise _violation(request, source, "output_ids start with the prompt ids (the prompt leaked into the output)")
     if finish["type"] == "stop":
         matched = finish.get("matched")
+        problem = unrequested_stop(finish, stop_token_ids)
+        if problem is not None:
+            return abort_result(request, f"{source}: {problem}")
         if not output_ids:
             raise _violation(request, source, "finish_reason stop with no output ids (the stop token must be kept)")
         if isinstance(matched, int) and output_ids[-1] != matched:

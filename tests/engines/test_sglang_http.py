@@ -211,19 +211,24 @@ def test_faults_lose_and_duplicate_nothing(serve):
 
 
 def test_a_4xx_is_the_samples_error_and_is_not_retried(serve):
-    server = SGLangLoopbackServer(DeterministicBackend(), context_length=20)
+    # context 30, max_new_tokens 4: SGLang rejects n >= 30, n + 4 > 30, and n >= max_req_input_len
+    # (= 30 - 1 - 5 = 24); the engine's max_prompt_tokens names that boundary (23).
+    server = SGLangLoopbackServer(DeterministicBackend(), context_length=30)
     engine = http_engine(serve(server).url)
-    requests = random_requests(30)
+    params = SamplingParams(max_new_tokens=4, temperature=0.0, stop_token_ids=STOP)
+    requests = random_requests(40)
     try:
-        results = {r.sample_id: r for r in engine.generate(requests, PARAMS)}
+        engine.check_servers()
+        assert engine.max_prompt_tokens(4) == 23
+        results = {r.sample_id: r for r in engine.generate(requests, params)}
     finally:
         engine.close()
-    too_long = {r.sample_id for r in requests if len(r.prompt_ids) >= 20}
-    assert too_long and len(too_long) < 30
+    too_long = {r.sample_id for r in requests if len(r.prompt_ids) > 23}
+    assert too_long and len(too_long) < 40
     for sample_id, result in results.items():
         if sample_id in too_long:
             assert result.finish_reason == "abort" and result.output_ids == []
-            assert "HTTP 400" in result.error and "longer than the model's context length (20 tokens)" in result.error
+            assert "HTTP 400" in result.error and ("context length" in result.error or "maximum allowed length" in result.error)
         else:
             assert result.error is None
     assert server.outcomes["400"] == len(too_long), "each too-long prompt was sent once"

@@ -11,6 +11,11 @@ What it copies from the real class (sglang/srt/entrypoints/engine.py, SGLANG_CON
   another loop later fails here (the real engine would hang);
 - `__init__` starts a worker process and registers `shutdown` with `atexit`; `shutdown()` ends in
   `kill_process_tree(os.getpid(), include_parent=False)`, which kills *every* child of the caller;
+- the tokenizer manager's length checks on the caller's own objects (sglang 0.5.23
+  srt/managers/tokenizer_manager.py:1333-1378): without `allow_auto_truncate` a prompt of n ids is
+  a ValueError when n >= context_len or n + max_new_tokens > context_len; with it, the caller's
+  `input_ids` list is cut in place (`del input_ids[context_len:]`) and the caller's
+  `sampling_params["max_new_tokens"]` lowered to fit;
 - `get_server_info()` with `internal_states[0]["effective_max_running_requests_per_dp"]`, read
   through the tokenizer manager on `self.loop` (binding it, as the real call does),
   `get_all_child_pids()`, `loop`.
@@ -133,12 +138,14 @@ class Engine:
     plan: Callable[[list[int], dict[str, Any]], Reply] = staticmethod(lambda ids, sampling: Reply())
     field_names: frozenset[str] = frozenset()
     capacity: int = 8
+    context_len: int = 1 << 20
 
     @classmethod
     def configure(cls, plan: Callable[[list[int], dict[str, Any]], Reply], field_names: set[str],
-                  capacity: int = 8) -> type["Engine"]:
+                  capacity: int = 8, context_len: int = 1 << 20) -> type["Engine"]:
         return type("Engine", (cls,), {"plan": staticmethod(plan), "field_names": frozenset(field_names),
-                                       "capacity": capacity, "__module__": cls.__module__})
+                                       "capacity": capacity, "context_len": context_len,
+                                       "__module__": cls.__module__})
 
     def __init__(self, **kwargs):
         for key in kwargs:
@@ -167,7 +174,9 @@ class Engine:
             self.tokenizer_manager.auto_create_handle_loop()
             return [{"effective_max_running_requests_per_dp": self.capacity}]
 
-        return {**self.server_args, "dp_size": 1, "version": "0.5.23",
+        # context_length resolved from the model; max_req_input_len = min(ctx-1, kv-1) - 5 (tp_worker.py:568-572)
+        return {"context_length": self.context_len, **self.server_args, "dp_size": 1, "version": "0.5.23",
+                "max_req_input_len": self.context_len - 1 - 5,
                 "internal_states": self.loop.run_until_complete(get_internal_state())}
 
     async def async_generate(
@@ -215,6 +224,7 @@ class Engine:
             raise ValueError("Either text, input_ids or input_embeds should be provided.")
         if not input_ids or not isinstance(input_ids[0], int):
             raise AssertionError("the adapter must send one flat prompt per request")
+        self._check_lengths(input_ids, sampling_params)
         sampling = dict(sampling_params or {})
         for key in sampling:
             if key not in SAMPLING_KEYS:
@@ -244,6 +254,21 @@ class Engine:
         finally:
             self.running -= 1
             self._live_rids.discard(rid)
+
+    def _check_lengths(self, input_ids: List[int], sampling_params: Optional[Dict]) -> None:
+        """tokenizer_manager.py:1333-1378, on the caller's own list and dict (as the real one)."""
+        truncate = bool(self.server_args.get("allow_auto_truncate"))
+        n = len(input_ids)
+        if n >= self.context_len:
+            if not truncate:
+                raise ValueError(R.context_too_long(n, self.context_len))
+            del input_ids[self.context_len:]
+            n = len(input_ids)
+        max_new_tokens = (sampling_params or {}).get("max_new_tokens")
+        if max_new_tokens is not None and max_new_tokens + n > self.context_len:
+            if not truncate:
+                raise ValueError(R.total_too_long(n, max_new_tokens, self.context_len))
+            sampling_params["max_new_tokens"] = max(0, self.context_len - n)
 
     def shutdown(self):
         """As the real one ends: kill every descendant of the calling process."""

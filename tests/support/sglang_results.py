@@ -37,6 +37,12 @@ def stop_reason(matched: int) -> dict[str, Any]:
     return {"type": "stop", "matched": matched}
 
 
+def nan_stop() -> dict[str, Any]:
+    """A NaN or out-of-range sampled token: reported as a string match, the token replaced by an
+    EOS/stop id (sglang 0.5.23 srt/managers/schedule_batch.py:1977-1991)."""
+    return {"type": "stop", "matched": "NaN happened"}
+
+
 def length_reason(max_new_tokens: int) -> dict[str, Any]:
     return {"type": "length", "length": max_new_tokens}
 
@@ -61,6 +67,20 @@ def queued_abort(rid: str) -> dict[str, Any]:
 def context_too_long(prompt_len: int, context_len: int) -> str:
     """The ValueError message (HTTP 400) for a prompt at or over the context length."""
     return f"The input ({prompt_len} tokens) is longer than the model's context length ({context_len} tokens)."
+
+
+def total_too_long(prompt_len: int, max_new_tokens: int, context_len: int) -> str:
+    """The ValueError message for prompt + max_new_tokens over the context (tokenizer_manager.py:1368-1376)."""
+    return (f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
+            f"You requested a total of {prompt_len + max_new_tokens} tokens: {prompt_len} tokens from the input "
+            f"messages and {max_new_tokens} tokens for the completion. Please reduce the number of tokens in the "
+            "input messages or the completion to fit within the limit.")
+
+
+def input_too_long(prompt_len: int, max_req_input_len: int) -> str:
+    """The scheduler's message for a prompt at or over max_req_input_len (srt/managers/utils.py:282-285)."""
+    return (f"Input length ({prompt_len} tokens) exceeds the maximum allowed length ({max_req_input_len} tokens). "
+            "Use a shorter input or enable --allow-auto-truncate.")
 
 
 def error_400(message: str) -> dict[str, Any]:

@@ -187,7 +187,7 @@ class ContinuousBatchingModel:
 class Fault:
     """Applied to prompts with digest % every == offset, on their first `attempts` attempts."""
 
-    kind: str  # "status" | "drop" | "truncate" | "slow"
+    kind: str  # "status" | "drop" | "truncate" | "slow" | "nan" (a NaN-token stop)
     every: int
     offset: int = 0
     attempts: int = 1
@@ -202,8 +202,18 @@ class SGLangLoopbackServer:
     """The aiohttp application: SGLang's request parsing, result shapes and errors, plus faults."""
 
     def __init__(self, backend: Backend, faults: tuple[Fault, ...] = (), context_length: int | None = None,
-                 model_path: str = "loopback-model", cache: bool = True):
+                 model_path: str = "loopback-model", cache: bool = True, kv_capacity: int | None = None,
+                 starting_s: float = 0.0, api_key: str | None = None, server_args: dict[str, Any] | None = None):
+        """`starting_s`: /health answers 503 for that long after the first /health request (the
+        real server's `ServerStatus.Starting`); `api_key`: requests without `Authorization:
+        Bearer KEY` get SGLang's 401; `server_args`: overrides of the served /server_info fields."""
         self.backend = backend
+        self.kv_capacity = kv_capacity
+        self.starting_s = starting_s
+        self.api_key = api_key
+        self.server_args = {"skip_tokenizer_init": True, "allow_auto_truncate": False, **(server_args or {})}
+        self._first_health: float | None = None
+        self.health_requests = 0
         self.faults = faults
         self.context_length = context_length
         self.model_path = model_path
@@ -216,15 +226,58 @@ class SGLangLoopbackServer:
         self._seen_prompts: list[list[int]] = []
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1 << 30)
+        app = web.Application(client_max_size=1 << 30, middlewares=[self.auth])
         app.router.add_post("/generate", self.handle_generate)
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/get_model_info", self.handle_model_info)
         app.router.add_get("/model_info", self.handle_model_info)
+        app.router.add_get("/server_info", self.handle_server_info)
+        app.router.add_get("/get_server_info", self.handle_server_info)
         return app
 
+    @web.middleware
+    async def auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """sglang 0.5.23 srt/utils/auth.py:192-203: a missing or wrong key is 401 {"error": "Unauthorized"}."""
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return self._respond(401, {"error": "Unauthorized"})
+        return await handler(request)
+
+    @property
+    def context_len(self) -> int | None:
+        return self.context_length
+
+    @property
+    def max_req_len(self) -> int | None:
+        """min(context_len - 1, kv_capacity - 1) (srt/managers/tp_worker.py:568-571)."""
+        limits = [n - 1 for n in (self.context_length, self.kv_capacity) if n is not None]
+        return min(limits) if limits else None
+
+    @property
+    def max_req_input_len(self) -> int | None:
+        """max_req_len - 5 (tp_worker.py:572)."""
+        return None if self.max_req_len is None else self.max_req_len - 5
+
     async def handle_health(self, request: web.Request) -> web.Response:
+        """503 while starting (http_server.py:731-732: `ServerStatus.Starting`), then 200, empty body."""
+        self.health_requests += 1
+        now = time.monotonic()
+        if self._first_health is None:
+            self._first_health = now
+        if now - self._first_health < self.starting_s:
+            return web.Response(status=503)
         return web.Response(status=200)
+
+    async def handle_server_info(self, request: web.Request) -> web.Response:
+        """The real field names: resolved server args (srt/utils/common.py:3584-3593) plus the
+        scheduler's init info (`max_total_num_tokens`, `max_req_input_len`, scheduler.py:1937-1947),
+        `internal_states`, `version` (http_server.py:863-887)."""
+        info = {"model_path": self.model_path, "tokenizer_path": self.model_path, "context_length": self.context_length,
+                "tp_size": 1, "dp_size": 1, "speculative_algorithm": None, **self.server_args,
+                "status": "ready", "max_total_num_tokens": self.kv_capacity or 1 << 20,
+                "max_req_input_len": self.max_req_input_len, "internal_states": [
+                    {"effective_max_running_requests_per_dp": 256}],
+                "version": "0.5.23", "frontend": "python"}
+        return web.json_response(info)
 
     async def handle_model_info(self, request: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model_path, "tokenizer_path": None, "is_generation": True,
@@ -248,11 +301,24 @@ class SGLangLoopbackServer:
     async def _one(self, input_ids: Any, sampling: dict[str, Any], rid: str) -> tuple[int, dict[str, Any]]:
         if not isinstance(input_ids, list) or not input_ids or not all(isinstance(i, int) for i in input_ids):
             return 400, R.error_400("input_ids should be a list of lists of ints, or a list of ints")
-        if self.context_length is not None and len(input_ids) >= self.context_length:
-            return 400, R.error_400(R.context_too_long(len(input_ids), self.context_length))
+        n = len(input_ids)
+        if self.context_length is not None:
+            # srt/managers/tokenizer_manager.py:1337-1350, then 1352-1378 (allow_auto_truncate off)
+            if n >= self.context_length:
+                return 400, R.error_400(R.context_too_long(n, self.context_length))
+            if n + sampling["max_new_tokens"] > self.context_length:
+                return 400, R.error_400(R.total_too_long(n, sampling["max_new_tokens"], self.context_length))
+        if self.max_req_input_len is not None and n >= self.max_req_input_len:
+            # srt/managers/utils.py:272-285, an abort the non-stream call raises as a 400
+            return 400, R.error_400(R.input_too_long(n, self.max_req_input_len))
+        if self.max_req_len is not None:
+            # The scheduler lowers max_new_tokens to fit (srt/managers/scheduler.py:2709-2716;
+            # the KV-memory cut after it is folded into kv_capacity here) and the length finish
+            # reports the lowered value (schedule_batch.py:2004).
+            sampling = {**sampling, "max_new_tokens": max(0, min(sampling["max_new_tokens"], self.max_req_len - n - 1))}
         cached = self._cached_tokens(input_ids)
         out = await self.backend.generate(input_ids, sampling)
-        return 200, R.finished(rid, len(input_ids), out.output_ids, out.finish_reason, cached_tokens=cached)
+        return 200, R.finished(rid, n, out.output_ids, out.finish_reason, cached_tokens=cached)
 
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -300,6 +366,11 @@ class SGLangLoopbackServer:
                 await asyncio.sleep(fault.delay_s)
         status, result = await self._one(input_ids, sampling, rid)
         self.outcomes["ok" if status == 200 else str(status)] += 1
+        if fault is not None and fault.kind == "nan" and status == 200:
+            # A NaN / out-of-range token: its slot gets a stop/EOS id and the finish is a string
+            # match (srt/managers/schedule_batch.py:1977-1991).
+            result["output_ids"][-1] = sampling["stop_token_ids"][0]
+            result["meta_info"]["finish_reason"] = R.nan_stop()
         if fault is not None and fault.kind == "truncate":
             payload = json.dumps(result).encode()
             response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})

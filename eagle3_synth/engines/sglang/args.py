@@ -25,7 +25,15 @@ RESERVED = {
     "model_path": "--model",
     "skip_tokenizer_init": "nothing (it is always true: prompts go in as token ids, output ids come back untouched)",
     "trust_remote_code": "--trust-remote-code",
+    # Refused outright: SGLang would cut prompts and outputs silently. With it, the tokenizer
+    # manager truncates the caller's own input_ids list in place (`del input_ids[_max_req_len:]`)
+    # and lowers `sampling_params["max_new_tokens"]` in the caller's dict (sglang 0.5.23
+    # srt/managers/tokenizer_manager.py:1337-1366), and the scheduler cuts prompts past
+    # max_req_input_len (srt/managers/utils.py:272-280).
+    "allow_auto_truncate": None,
 }
+AUTO_TRUNCATE_REFUSED = ("allow_auto_truncate is refused: SGLang would silently truncate prompts and lower "
+                         "max_new_tokens; too-long prompts are filtered before generation instead (too_long)")
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,8 @@ def type_engine_args(raw: Mapping[str, Any], fields: Iterable[FieldSpec]) -> dic
     by_name = {f.name: f for f in fields}
     typed: dict[str, Any] = {}
     for key, value in raw.items():
+        if key == "allow_auto_truncate":
+            raise ConfigError(f"--engine-arg {AUTO_TRUNCATE_REFUSED}")
         if key in RESERVED:
             raise ConfigError(f"--engine-arg {key}: set by {RESERVED[key]}, not by --engine-arg")
         spec = by_name.get(key)

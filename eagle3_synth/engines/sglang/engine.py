@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import copy
 import logging
 import sys
 from typing import Any
@@ -31,7 +32,7 @@ from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy
 from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, server_args_fields
 from eagle3_synth.engines.sglang.processes import bind_loop_keep_sigterm, callers_sigterm, guarded_shutdown, owned_children
-from eagle3_synth.engines.sglang.protocol import RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
+from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,20 @@ class SGLangEngine(WindowedEngine):
         self._window = InFlightWindow(loop, max_in_flight)
         self._rids = RequestIds()
         self._closed = False
+        self.limits = ContextLimits()  # set by launch() from get_server_info()
+
+    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
+        """The longest prompt the engine accepts with this max_new_tokens (None: unknown)."""
+        return self.limits.max_prompt_tokens(max_new_tokens)
 
     async def _attempt(self, request: GenerationRequest, sampling: dict[str, Any], attempt: int) -> GenerationResult:
         try:
+            # Copies: SGLang may edit both in place (tokenizer_manager.py:1337-1366 truncates
+            # `input_ids` with `del` and rewrites `sampling_params["max_new_tokens"]`), and the
+            # same dict is reused for every retry of this sample.
             response = await self.engine.async_generate(
-                input_ids=request.prompt_ids,
-                sampling_params=sampling,
+                input_ids=list(request.prompt_ids),
+                sampling_params=copy.deepcopy(sampling),
                 rid=self._rids(request.sample_id, attempt),
             )
         except Exception as exc:
@@ -82,7 +91,7 @@ class SGLangEngine(WindowedEngine):
             if isinstance(status, int) and is_transient_status(status):
                 raise TransientEngineError(message) from exc
             return abort_result(request, message)
-        return check_result(request, response, source=SOURCE)
+        return check_result(request, response, source=SOURCE, stop_token_ids=sampling["stop_token_ids"])
 
     async def _generate_one(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
         sampling = sglang_sampling_params(params, request.sample_id)
@@ -152,6 +161,10 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
         max_in_flight=default_max_in_flight(engine) if options.max_in_flight is None else options.max_in_flight,
         retry=retry,
     )
+    try:
+        wrapper.limits = ContextLimits.from_server_info(engine.get_server_info())
+    except Exception as exc:  # informational, like default_max_in_flight
+        log.debug("could not read the engine's context limits: %s", exc)
     atexit.register(wrapper.close)
     log.info("sglang engine started: %s (%d requests in flight at most)", options.model, wrapper.max_in_flight)
     return wrapper

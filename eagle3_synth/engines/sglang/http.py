@@ -7,11 +7,23 @@ turn; a URL that refuses connections is skipped for a while.
 
 Failures:
 - connection errors, timeouts, 408, 429 and 5xx are retried with backoff and jitter (retry.py);
+- 401, 403, 404, 405 (a wrong URL path, a missing or wrong API key: SGLang's auth middleware
+  answers 401 "Unauthorized" / 403 "Forbidden", sglang 0.5.23 srt/utils/auth.py:192-203) stop the
+  run with one message naming the status and URL, instead of failing every prompt;
 - any other 4xx (a prompt longer than the context, a bad sampling value) is that sample's error;
 - retries used up: a 5xx or timeout becomes that sample's error; a server that cannot even be
   connected to stops the run (rerunning the command resumes), rather than marking every
   remaining prompt as failed while a server restarts.
 Every 200 result is checked (result_checks.py) before it is handed on.
+
+At start, each URL's `/health` is waited for (it answers 503 while the server starts,
+srt/entrypoints/http_server.py:721-737; bounded by `health_timeout_s`), then its server info
+(`/server_info`, or the deprecated `/get_server_info`, http_server.py:853-887: the resolved
+server args plus the scheduler's `max_req_input_len`, srt/utils/common.py:3584-3593 and
+srt/managers/scheduler.py:1937-1947) is checked: `skip_tokenizer_init` must be true,
+`allow_auto_truncate` false, and the served `model_path` should match the run's model folder
+(a warning). Its context limits are kept (`limits`, `max_prompt_tokens`) so prompt preparation
+can report a prompt SGLang would reject as too long.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -28,7 +41,8 @@ from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
-from eagle3_synth.engines.sglang.protocol import RequestIds, WindowedEngine, error_text, is_transient_status, result_with_retries, sglang_sampling_params
+from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
+from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_transient_status, result_with_retries, sglang_sampling_params
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
@@ -36,6 +50,19 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_IN_FLIGHT = 256
 CONNECT_TIMEOUT_S = 30.0
 URL_COOLDOWN_S = 10.0
+HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
+HEALTH_POLL_S = 2.0
+# Statuses that say the URL or the key is wrong, not the prompt: they stop the run.
+MISCONFIGURED_STATUS = frozenset({401, 403, 404, 405})
+
+
+class MisconfiguredServer(EngineError):
+    """The server refused the request itself (wrong path, method or API key): no prompt can succeed."""
+
+
+def misconfigured(status: int, url: str, detail: str) -> str:
+    return (f"{url} answered HTTP {status} ({detail}): check --url (the base URL of an SGLang server or "
+            "router) and the server's API key; no prompt was marked failed because of it")
 
 
 class ConnectionFailure(TransientEngineError):
@@ -92,6 +119,9 @@ class SGLangHTTPEngine(WindowedEngine):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         request_timeout_s: float = 3600.0,
         retry: RetryPolicy = RetryPolicy(),
+        model: str | None = None,
+        health_timeout_s: float = HEALTH_TIMEOUT_S,
+        health_poll_s: float = HEALTH_POLL_S,
     ):
         if request_timeout_s <= 0:
             raise ConfigError(f"--request-timeout must be > 0 seconds, got {request_timeout_s}")
@@ -103,6 +133,14 @@ class SGLangHTTPEngine(WindowedEngine):
         self._window = InFlightWindow(self._loop, max_in_flight)
         self._session: Any = None
         self._rids = RequestIds()
+        self.model = model
+        self.health_timeout_s = health_timeout_s
+        self.health_poll_s = health_poll_s
+        self.limits = ContextLimits()  # set from the servers' info by check_servers()
+
+    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
+        """The longest prompt every server accepts with this max_new_tokens (None: unknown)."""
+        return self.limits.max_prompt_tokens(max_new_tokens)
 
     # -- session ---------------------------------------------------------------------------
     def _get_session(self) -> Any:
@@ -145,8 +183,10 @@ class SGLangHTTPEngine(WindowedEngine):
             if status == 200:
                 raise TransientEngineError(f"{url}: HTTP 200 with a body that is not JSON: {error_text(data)}") from None
         if status == 200:
-            return check_result(request, data, source=url)
+            return check_result(request, data, source=url, stop_token_ids=sampling["stop_token_ids"])
         message = f"{url}: HTTP {status}: {error_text(data)}"
+        if status in MISCONFIGURED_STATUS:
+            raise MisconfiguredServer(misconfigured(status, url + "/generate", error_text(data)))
         if is_transient_status(status):
             raise TransientEngineError(message)
         return abort_result(request, message)
@@ -161,30 +201,83 @@ class SGLangHTTPEngine(WindowedEngine):
                               "start the server(s) again and rerun the same command to continue.") from exc
 
     # -- the Engine interface ---------------------------------------------------------------
-    def check_servers(self) -> None:
-        """Fail fast, before any prompt is sent, when a URL does not answer; log what each serves."""
-        for url in self.urls.urls:
-            async def probe(attempt: int, url: str = url) -> Any:
-                import aiohttp
+    async def _get(self, url: str, path: str, timeout_s: float = 30.0) -> tuple[int, bytes]:
+        import aiohttp
 
-                try:
-                    async with self._get_session().get(url + "/get_model_info", timeout=aiohttp.ClientTimeout(total=30)) as r:
-                        return r.status, await r.read()
-                except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
-                    raise ConnectionFailure(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            async with self._get_session().get(url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                return r.status, await r.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            raise ConnectionFailure(f"{type(exc).__name__}: {exc}") from exc
 
-            try:
-                status, body = self._loop.run_until_complete(
-                    retry_async(probe, RetryPolicy(max_retries=min(self.retry.max_retries, 3)), describe="GET /get_model_info")
-                )
-            except ConnectionFailure as exc:
-                raise ConfigError(f"--url {url}: no SGLang server answers ({exc})") from None
+    def _get_reachable(self, url: str, path: str) -> tuple[int, bytes]:
+        """GET, retrying a connection failure a few times; a server that never answers is a ConfigError."""
+        try:
+            return self._loop.run_until_complete(retry_async(
+                lambda attempt: self._get(url, path), RetryPolicy(max_retries=min(self.retry.max_retries, 3)),
+                describe=f"GET {path}"))
+        except ConnectionFailure as exc:
+            raise ConfigError(f"--url {url}: no SGLang server answers ({exc})") from None
+
+    def wait_healthy(self, url: str) -> None:
+        """Wait until `/health` answers 200; it answers 503 while the server starts or shuts down
+        (sglang 0.5.23 srt/entrypoints/http_server.py:721-737), at most `health_timeout_s`."""
+        deadline = time.monotonic() + self.health_timeout_s
+        while True:
+            status, body = self._get_reachable(url, "/health")
             if status == 200:
-                try:
-                    info = json.loads(body)
-                except ValueError:
-                    info = {}
-                log.info("%s serves %s", url, info.get("model_path", "an unnamed model") if isinstance(info, dict) else info)
+                return
+            if status in MISCONFIGURED_STATUS:
+                raise ConfigError(misconfigured(status, url + "/health", error_text(_json_or_text(body))))
+            if time.monotonic() + self.health_poll_s > deadline:
+                raise ConfigError(f"--url {url}: /health still answers HTTP {status} after {self.health_timeout_s:g}s "
+                                  "(is the server still loading the model, or stuck?); rerun when it answers 200")
+            log.info("%s/health answers HTTP %d (server starting?); waiting", url, status)
+            time.sleep(self.health_poll_s)
+
+    def server_info(self, url: str) -> dict[str, Any] | None:
+        """`/server_info`, else the deprecated `/get_server_info` (both in 0.5.23,
+        http_server.py:853-887); None when neither is served (e.g. some router versions)."""
+        for path in ("/server_info", "/get_server_info"):
+            status, body = self._get_reachable(url, path)
+            if status == 404:
+                continue
+            if status in MISCONFIGURED_STATUS:
+                raise ConfigError(misconfigured(status, url + path, error_text(_json_or_text(body))))
+            info = _json_or_text(body)
+            if status == 200 and isinstance(info, dict):
+                return info
+            log.warning("%s%s answered HTTP %d; server settings not checked", url, path, status)
+            return None
+        log.warning("%s serves neither /server_info nor /get_server_info; server settings not checked", url)
+        return None
+
+    def check_server_info(self, url: str, info: dict[str, Any]) -> None:
+        """Refuse a server whose settings would corrupt rows; keep its context limits."""
+        if "skip_tokenizer_init" not in info:
+            # e.g. a router answering with its own info rather than a worker's server args
+            log.warning("%s: server info without skip_tokenizer_init; its settings were not checked "
+                        "(start every server with --skip-tokenizer-init)", url)
+        elif info.get("skip_tokenizer_init") is not True:
+            raise ConfigError(f"--url {url}: the server runs with skip_tokenizer_init={info.get('skip_tokenizer_init')!r}; "
+                              "restart it with --skip-tokenizer-init (prompts go in as token ids, output ids come back untouched)")
+        if info.get("allow_auto_truncate"):
+            raise ConfigError(f"--url {url}: the server runs with --allow-auto-truncate: {AUTO_TRUNCATE_REFUSED}; restart it without")
+        served = info.get("model_path")
+        if self.model and isinstance(served, str) and _folder_name(served) != _folder_name(self.model):
+            log.warning("%s serves %s, but this run's model is %s; the outputs are that server's model's",
+                        url, served, self.model)
+        self.limits = self.limits.combine(ContextLimits.from_server_info(info))
+        log.info("%s serves %s (context %s, max input %s)", url, served or "an unnamed model",
+                 info.get("context_length"), info.get("max_req_input_len"))
+
+    def check_servers(self) -> None:
+        """Before any prompt is sent: wait for each URL's /health, then check its server info."""
+        for url in self.urls.urls:
+            self.wait_healthy(url)
+            info = self.server_info(url)
+            if info is not None:
+                self.check_server_info(url, info)
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -195,12 +288,26 @@ class SGLangHTTPEngine(WindowedEngine):
         self._loop.close()
 
 
+def _json_or_text(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")
+
+
+def _folder_name(path: str) -> str:
+    return os.path.basename(path.rstrip("/\\")) or path
+
+
 def create(options: EngineOptions) -> SGLangHTTPEngine:
+    if "allow_auto_truncate" in options.engine_args:
+        raise ConfigError(f"--engine-arg {AUTO_TRUNCATE_REFUSED}")
     engine = SGLangHTTPEngine(
         options.urls,
         max_in_flight=DEFAULT_MAX_IN_FLIGHT if options.max_in_flight is None else options.max_in_flight,
         request_timeout_s=options.request_timeout_s,
         retry=RetryPolicy(max_retries=options.max_retries),
+        model=options.model,
     )
     try:
         engine.check_servers()

@@ -7,6 +7,7 @@ no EOS check), so every field we rely on is passed explicitly, stop ids from the
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
@@ -107,3 +108,60 @@ class WindowedEngine:
 
     def generate(self, requests: Iterable[GenerationRequest], params: SamplingParams) -> Iterator[GenerationResult]:
         return self._window.run(requests, lambda request: self._generate_one(request, params))
+
+
+# sglang 0.5.23 srt/speculative/spec_info.py:102-109 (`is_eagle`): these reserve draft slots.
+_RESERVING_SPEC_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP"})
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """The prompt lengths an SGLang server accepts, from its server info.
+
+    sglang 0.5.23 rejects a prompt of n ids (with `allow_auto_truncate` off) when
+    - `n + reserved >= context_len`: "The input (...) is longer than the model's context length"
+      (srt/managers/tokenizer_manager.py:1333-1350);
+    - `n + reserved + max_new_tokens > context_len`: "Requested token count exceeds the model's
+      maximum context length of {C} tokens. ..." (tokenizer_manager.py:1352-1378);
+    - `n >= max_req_input_len` (= min(context_len - 1, kv_capacity - 1) - 5,
+      srt/managers/tp_worker.py:568-572): "Input length (...) exceeds the maximum allowed length"
+      (srt/managers/utils.py:259-285, from scheduler.py:3244-3253).
+    `reserved` is the draft-token slots of EAGLE-style speculative decoding
+    (srt/managers/utils.py:484-499, `compute_num_reserved_tokens`), 0 otherwise.
+    """
+
+    context_length: int | None = None
+    max_req_input_len: int | None = None
+    reserved_tokens: int = 0
+
+    @classmethod
+    def from_server_info(cls, info: dict[str, Any]) -> "ContextLimits":
+        reserved = 0
+        if str(info.get("speculative_algorithm") or "").upper() in _RESERVING_SPEC_ALGORITHMS:
+            topk = _positive_int(info.get("speculative_eagle_topk")) or 0
+            steps = _positive_int(info.get("speculative_num_steps")) or 0
+            drafts = _positive_int(info.get("speculative_num_draft_tokens")) or 0
+            reserved = max(topk * steps, drafts)
+        return cls(_positive_int(info.get("context_length")), _positive_int(info.get("max_req_input_len")), reserved)
+
+    def combine(self, other: "ContextLimits") -> "ContextLimits":
+        """The limits that hold on both servers (the smaller of each)."""
+        def smaller(a: int | None, b: int | None) -> int | None:
+            return b if a is None else a if b is None else min(a, b)
+
+        return ContextLimits(smaller(self.context_length, other.context_length),
+                             smaller(self.max_req_input_len, other.max_req_input_len),
+                             max(self.reserved_tokens, other.reserved_tokens))
+
+    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
+        """The longest prompt SGLang accepts with this max_new_tokens; None when nothing is known."""
+        limits = []
+        if self.context_length is not None:
+            limits.append(self.context_length - self.reserved_tokens - max_new_tokens)
+        if self.max_req_input_len is not None:
+            limits.append(self.max_req_input_len - 1)
+        return min(limits) if limits else None

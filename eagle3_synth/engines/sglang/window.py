@@ -65,8 +65,14 @@ class InFlightWindow:
                 done, self._pending = self.loop.run_until_complete(
                     asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
                 )
+                # Hand on every finished result before raising the first failure (each failed
+                # task's exception is read, so none is reported as never retrieved).
+                failed = [task for task in done if task.cancelled() or task.exception() is not None]
                 for task in done:
-                    yield task.result()
+                    if task not in failed:
+                        yield task.result()
+                if failed:
+                    failed[0].result()
         finally:
             self._cancel_pending()
 
