@@ -188,7 +188,8 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
                                                 preparation=preparation), rejects)
     kill_point("prompts.ready")
 
-    summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard))
+    summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard),
+                         max_new_tokens=spec.sampling.max_new_tokens)
     todo = _pending(run, run.scan(run_fingerprint), options, summary)
     if todo:
         engine = create_engine(options.engine, engine_options(spec, options))

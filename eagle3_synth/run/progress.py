@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from eagle3_synth.engines.base import GenerationResult
+from eagle3_synth.engines.result_checks import is_short_length
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,16 @@ class RunSummary:
     generation_seconds: float = 0.0  # from the first request (engine up) to the end: what rates are over
     remaining: int = 0  # samples of this shard still without a result when the call ended
     stopped: str | None = None  # "deadline" (--max-hours) or "interrupted" (SIGTERM, Ctrl-C)
+    # The cap asked for; `length` finishes with fewer tokens mean the engine lowered it to fit the
+    # context or the KV budget (SGLang's scheduler does, silently): valid rows, counted apart.
+    max_new_tokens: int | None = None
+    short_lengths: int = 0
 
     def add(self, result: GenerationResult) -> None:
         self.generated += 1
         self.finish_reasons[result.finish_reason] += 1
+        if self.max_new_tokens is not None and is_short_length(result, self.max_new_tokens):
+            self.short_lengths += 1
         self.prompt_tokens += result.prompt_tokens
         self.output_tokens += result.completion_tokens
         self.cached_tokens += result.cached_tokens
@@ -82,6 +89,9 @@ class RunSummary:
             f"{format_duration(self.seconds)} in all",
             "  finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items())) or "none"),
         ]
+        if self.short_lengths:
+            lines.append(f"  {self.short_lengths} samples ended by length before --max-new-tokens "
+                         f"{self.max_new_tokens}: the engine lowered the cap to fit its context or KV budget")
         if self.errors:
             lines.append(f"  errors: {len(self.errors)} (journaled with their reason; retried only with --retry-errors)")
             lines += [f"    {e}" for e in self.errors[:MAX_LISTED]]
