@@ -9,7 +9,9 @@ source id, reason and detail; `--strict` makes the first one fatal:
   and the model family documents no system-prompt tool description (the model would not see them);
 - `template_error`: the chat template refuses the conversation in the message form probed for it
   (`forms.py`);
-- `too_long`: more prompt tokens than the model's context minus `max_new_tokens`;
+- `too_long`: more prompt tokens than the model's context minus `max_new_tokens`, or than the
+  engine's own limit where it reports a tighter one (SGLang's context, max_req_input_len and
+  speculative slots);
 - `duplicate`: the same prompt ids as an earlier kept prompt (hash of the templated ids).
 """
 
@@ -63,9 +65,11 @@ class PromptChecks:
     """The hygiene rules, split around templating: `precheck` before (unparseable, control tokens),
     `accept` after (template error, too long, duplicate). Each raises `Reject`."""
 
-    def __init__(self, chat: ChatTokenizer, max_prompt_tokens: int | None):
+    def __init__(self, chat: ChatTokenizer, max_prompt_tokens: int | None,
+                 too_long_reason: str = "the model's context minus max_new_tokens"):
         self.chat = chat
         self.max_prompt_tokens = max_prompt_tokens
+        self.too_long_reason = too_long_reason
         tokens = control_tokens(chat.tokenizer)
         self.control = re.compile("|".join(map(re.escape, tokens))) if tokens else None
         self.seen: dict[bytes, int] = {}
@@ -92,8 +96,7 @@ class PromptChecks:
             raise Reject("template_error", f"{ids} (message form: content {form.call_content}, arguments "
                                            f"{form.arguments})")
         if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
-            raise Reject("too_long", f"{len(ids)} prompt tokens > {self.max_prompt_tokens} "
-                                     "(the model's context minus max_new_tokens)")
+            raise Reject("too_long", f"{len(ids)} prompt tokens > {self.max_prompt_tokens} ({self.too_long_reason})")
         digest = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
         first = self.seen.setdefault(digest, candidate.sample_id)
         if first != candidate.sample_id:

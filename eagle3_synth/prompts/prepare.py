@@ -46,6 +46,8 @@ class Preparation:
     trust_remote_code: bool = False
     # Where the rejects file is written, for the log line that points at it.
     rejects_file: str = "rejects.jsonl"
+    # What `max_prompt_tokens` is, for a `too_long` reject's detail.
+    too_long_reason: str = "the model's context minus max_new_tokens"
 
 
 def model_context_length(*folders: str | None) -> int | None:
@@ -128,7 +130,7 @@ def iter_prepared_prompts(
     (hundreds of MB of Python ints for 100,000 prompts). The summary is logged at the end.
     """
     cap = plan.cap
-    checks = PromptChecks(chat, max_prompt_tokens)
+    checks = PromptChecks(chat, max_prompt_tokens, preparation.too_long_reason)
     kept = 0
     templater = make_templater(preparation.workers, chat, preparation.tokenizer_path, preparation.trust_remote_code)
     try:

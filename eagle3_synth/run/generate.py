@@ -135,6 +135,19 @@ def config_record(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(asdict(config)))
 
 
+def prompt_limit(spec: RunSpec, engine: Any) -> tuple[int | None, str]:
+    """The longest prompt kept, and why: the model's context minus max_new_tokens (the spec), or
+    the engine's own limit where it reports a tighter one (`max_prompt_tokens`, the SGLang engines)."""
+    ours = spec.max_prompt_tokens
+    report = getattr(engine, "max_prompt_tokens", None)
+    theirs = report(spec.sampling.max_new_tokens) if callable(report) else None
+    if theirs is not None and (ours is None or theirs < ours):
+        log.info("prompts over %d tokens are skipped as too_long: the engine's limit with max_new_tokens %d",
+                 theirs, spec.sampling.max_new_tokens)
+        return theirs, "the engine's limit for max_new_tokens"
+    return ours, Preparation.too_long_reason
+
+
 def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
     """The engine's options: the plumbing of `options`, with the model, tokenizer and replay file of the spec."""
     return replace(options.engine_options, model=spec.model.model or options.engine_options.model,
@@ -179,37 +192,47 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
         },
     )
     kill_point("run.claimed")
-    if not run.prompts_ready:
-        rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
-        preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=model.tokenizer,
-                                  trust_remote_code=model.trust_remote_code,
-                                  rejects_file=f"{options.run_dir}/{REJECTS_FILE}")
-        run.write_prompts(iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=spec.max_prompt_tokens,
-                                                preparation=preparation), rejects)
-    kill_point("prompts.ready")
+    engine = None
+    try:
+        if not run.prompts_ready:
+            # A new run needs its engine anyway; created first, its own prompt limit (SGLang: context,
+            # max_req_input_len, speculative slots) bounds `too_long`, so no prompt the engine would
+            # refuse becomes a sample error that --retry-errors cannot fix.
+            engine = create_engine(options.engine, engine_options(spec, options))
+            limit, why = prompt_limit(spec, engine)
+            rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
+            preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=model.tokenizer,
+                                      trust_remote_code=model.trust_remote_code,
+                                      rejects_file=f"{options.run_dir}/{REJECTS_FILE}", too_long_reason=why)
+            run.write_prompts(iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=limit,
+                                                    preparation=preparation), rejects)
+        kill_point("prompts.ready")
 
-    summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard),
-                         max_new_tokens=spec.sampling.max_new_tokens)
-    todo = _pending(run, run.scan(run_fingerprint), options, summary)
-    if todo:
-        engine = create_engine(options.engine, engine_options(spec, options))
-        progress = Progress(summary, total=summary.prompts - summary.rejected,
-                            done=summary.already_done + summary.failed_before, engine=engine, stream=progress_stream)
-        requests = _requests(run, todo, deadline, summary)
-        try:
-            with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal:
-                for result in engine.generate(requests, _sampling_params(spec.sampling, markers)):
-                    if result.sample_id not in todo:
-                        raise EngineError(f"engine {options.engine} returned sample_id {result.sample_id}, "
-                                          "which was not asked for or was already returned")
-                    todo.discard(result.sample_id)
-                    journal.append(result)
-                    progress.update(result)
-        except KeyboardInterrupt:
-            summary.stopped = "interrupted"
-        finally:
+        summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard),
+                             max_new_tokens=spec.sampling.max_new_tokens)
+        todo = _pending(run, run.scan(run_fingerprint), options, summary)
+        if todo:
+            engine = engine or create_engine(options.engine, engine_options(spec, options))
+            progress = Progress(summary, total=summary.prompts - summary.rejected,
+                                done=summary.already_done + summary.failed_before, engine=engine,
+                                stream=progress_stream)
+            requests = _requests(run, todo, deadline, summary)
+            try:
+                with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal:
+                    for result in engine.generate(requests, _sampling_params(spec.sampling, markers)):
+                        if result.sample_id not in todo:
+                            raise EngineError(f"engine {options.engine} returned sample_id {result.sample_id}, "
+                                              "which was not asked for or was already returned")
+                        todo.discard(result.sample_id)
+                        journal.append(result)
+                        progress.update(result)
+            except KeyboardInterrupt:
+                summary.stopped = "interrupted"
+            finally:
+                progress.close()
+    finally:
+        if engine is not None:
             engine.close()
-            progress.close()
     summary.remaining = len(todo)
     summary.seconds = time.monotonic() - started
     return summary

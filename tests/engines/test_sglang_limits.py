@@ -213,3 +213,32 @@ def test_the_in_process_engine_exposes_its_limit(monkeypatch):
         engine.engine.loop.close()
     assert results[0].error is None
     assert "exceeds the model's maximum context length of 64" in results[1].error
+
+
+def test_a_prompt_over_the_servers_limit_is_a_too_long_reject_not_a_sample_error(serve, tmp_path):
+    """The run reads the server's limit before preparing prompts (point 6): a prompt that SGLang would
+    refuse (prompt + max_new_tokens > context) is rejected as too_long and never sent; the other is a row."""
+    import json
+
+    from datasets import load_dataset
+
+    from eagle3_synth.cli import main
+
+    from ..conftest import KIMI_TOKENIZER
+
+    server = SGLangLoopbackServer(DeterministicBackend(), context_length=120)
+    url = serve(server).url
+    prompts = tmp_path / "prompts.jsonl"
+    short, long_ = "Hi", " ".join(["word"] * 60)
+    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n"
+                               for text in (short, long_)), encoding="utf-8")
+    out = tmp_path / "ds"
+    code = main(["build", "B3_ultrachat", "--model", str(KIMI_TOKENIZER), "--engine", "sglang-http", "--url", url,
+                 "--max-new-tokens", "16", "--temperature", "0", "--prompts", str(prompts), "--out", str(out)])
+    assert code == 0
+    rejects = [json.loads(line) for line in open(out / ".runs" / "B3_ultrachat" / "rejects.jsonl")]
+    assert [(r["sample_id"], r["reason"]) for r in rejects] == [(1, "too_long")]
+    assert "(the engine's limit for max_new_tokens)" in rejects[0]["detail"]
+    rows = load_dataset(str(out), "B3_ultrachat", split="train", cache_dir=str(tmp_path / "cache"))
+    assert rows["sample_id"] == [0] and rows["prompt_tokens"][0] <= 104
+    assert len(server.rids) == 1  # the long prompt was never sent
