@@ -55,6 +55,8 @@ FIELDS = [
     FieldSpec("log_level", Annotated[str, "The logging level of all loggers."]),
     FieldSpec("tp_size", Annotated[int, Arg("The tensor parallelism size.")]),
     FieldSpec("dp_size", Annotated[int, Arg("The data parallelism size.")]),
+    FieldSpec("nnodes", Annotated[int, Arg("The number of nodes.")]),
+    FieldSpec("node_rank", Annotated[int, Arg("The node rank.")]),
     FieldSpec("mem_fraction_static", Annotated[Optional[float], "The fraction of the memory used for static allocation."]),
     FieldSpec("max_running_requests", Annotated[Optional[int], "The maximum number of running requests."]),
     FieldSpec("schedule_policy", Annotated[str, Arg("The scheduling policy of the requests.", choices=[
@@ -180,6 +182,16 @@ def test_launch_without_model_is_a_config_error():
     cls = FakeEngine.configure(lambda ids, sp: stop_reply(ids), FIELD_NAMES)
     with pytest.raises(ConfigError, match="needs --model"):
         sglang_engine.launch(cls, FIELDS, EngineOptions())
+
+
+@pytest.mark.parametrize("node_rank", [1, 3])
+def test_a_follower_node_is_refused_before_the_engine_starts(node_rank):
+    cls = FakeEngine.configure(lambda ids, sp: stop_reply(ids), FIELD_NAMES)
+    with pytest.raises(ConfigError, match=rf"--engine-arg node_rank={node_rank}: a follower node of a multi-node "
+                                          r"SGLang engine waits inside Engine\(\) and never generates"):
+        sglang_engine.launch(cls, FIELDS, EngineOptions(model="/m", engine_args={"nnodes": 4, "node_rank": node_rank}))
+    engine = sglang_engine.launch(cls, FIELDS, EngineOptions(model="/m", engine_args={"nnodes": 4, "node_rank": 0}))
+    engine.close()
 
 
 def test_a_bad_window_is_refused_before_the_engine_starts():

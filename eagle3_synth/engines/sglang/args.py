@@ -1,7 +1,7 @@
 """`--engine-arg KEY=VALUE` for the in-process SGLang engine, typed by SGLang's own `ServerArgs`.
 
 Every SGLang server argument is reachable, under its `ServerArgs` field name (`tp_size=8`,
-`mem_fraction_static=0.85`, `cuda_graph_max_bs=256`). `ServerArgs` is a `msgspec.Struct`
+`mem_fraction_static=0.85`, `cuda_graph_max_bs_decode=256`). `ServerArgs` is a `msgspec.Struct`
 (546 fields in 0.5.23), listed with `msgspec.structs.fields`; its annotations look like
 `Annotated[Optional[float], "help"]` or `Annotated[str, Arg(choices=[...])]`. Typing values here,
 before the engine starts, turns a typo into an immediate error that names the option, instead of a

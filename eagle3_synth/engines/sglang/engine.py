@@ -135,10 +135,24 @@ def import_sglang() -> tuple[type, list[FieldSpec]]:
     return sglang.Engine, server_args_fields(ServerArgs)
 
 
+def check_not_a_follower(kwargs: dict) -> None:
+    """Refuse a multi-node follower: with nnodes > 1, a process with node_rank >= 1 waits inside
+    `Engine()` for rank 0 and never generates (sglang 0.5.23 srt/entrypoints/engine.py:1234-1265,
+    "Non-zero-rank nodes do not run tokenizer processes")."""
+    node_rank = int(kwargs.get("node_rank") or 0)
+    if int(kwargs.get("nnodes") or 1) > 1 and node_rank >= 1:
+        raise ConfigError(
+            f"--engine-arg node_rank={node_rank}: a follower node of a multi-node SGLang engine waits inside "
+            "Engine() and never generates. On this node run SGLang itself with the same engine args "
+            f"(python -m sglang.launch_server --model-path ... --nnodes {kwargs.get('nnodes')} --node-rank {node_rank} "
+            "--dist-init-addr ...), and eagle3-synth on node 0 only (node_rank=0)")
+
+
 def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) -> SGLangEngine:
     """Start `engine_cls(**kwargs)` and wrap it; the engine's processes are noted for shutdown."""
     check_spawn_safe()
     kwargs = engine_kwargs(options, fields)
+    check_not_a_follower(kwargs)
     if options.max_in_flight is not None:
         check_window_size(options.max_in_flight)  # before minutes of model loading, not after
     retry = RetryPolicy(max_retries=options.max_retries)
