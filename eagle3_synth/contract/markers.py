@@ -96,6 +96,17 @@ def describe(value: Any) -> str:
 
 # -- resolution -------------------------------------------------------------------------------------
 
+def single_token_id(tokenizer: Any, token: str) -> int | None:
+    """The id of `token` when the tokenizer's vocabulary holds it as one token, else None."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None:
+        return None
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and token_id == unk and token != getattr(tokenizer, "unk_token", None):
+        return None
+    return int(token_id)
+
+
 class Vocabulary:
     """A tokenizer's token strings and which ids are added tokens, read once per tokenizer."""
 
@@ -105,14 +116,7 @@ class Vocabulary:
         self.added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
 
     def single_token(self, token: str) -> int | None:
-        """The id of `token` when the vocabulary holds it as one token, else None."""
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None:
-            return None
-        unk = getattr(self.tokenizer, "unk_token_id", None)
-        if unk is not None and token_id == unk and token != getattr(self.tokenizer, "unk_token", None):
-            return None
-        return int(token_id)
+        return single_token_id(self.tokenizer, token)
 
     def encode(self, text: str) -> list[int]:
         return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.errors import ConfigError, MarkerError
-from eagle3_synth.contract.markers import NO_MARKER, Marker, Vocabulary, resolve_pattern
+from eagle3_synth.contract.markers import NO_MARKER, Marker, Vocabulary, resolve_pattern, single_token_id
 
 MARKER_ROLES = ("reasoning_open", "reasoning_close", "tool_section_begin", "tool_call_begin", "tool_call_end")
 _REQUIRED = ("reasoning_open", "reasoning_close", "tool_call_begin", "tool_call_end", "stop")
@@ -188,14 +188,12 @@ def _template_text(tokenizer: Any) -> str:
 def detect_profile(tokenizer: Any, profiles: dict[str, ModelProfile] | None = None) -> tuple[str, str]:
     """(family, why) for `--profile auto`: the first profile (user profiles first, then the
     built-ins in file order) whose vocabulary tokens all exist and whose template strings all occur."""
-    vocab = Vocabulary.__new__(Vocabulary)
-    vocab.tokenizer = tokenizer  # single_token needs only the tokenizer, not the vocabulary scan
     template = _template_text(tokenizer)
     candidates = {**(profiles or {}), **{k: v for k, v in PROFILES.items() if k not in (profiles or {})}}
     for name, profile in candidates.items():
         if not profile.detect_vocab and not profile.detect_template:
             continue
-        if all(vocab.single_token(tok) is not None for tok in profile.detect_vocab) and all(
+        if all(single_token_id(tokenizer, tok) is not None for tok in profile.detect_vocab) and all(
                 text in template for text in profile.detect_template):
             why = []
             if profile.detect_vocab:
