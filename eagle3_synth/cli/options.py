@@ -95,8 +95,9 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     engine.add_argument("--max-in-flight", type=int, help="sglang engines: requests in flight at once; keep it above "
                         "the engine's running-request capacity (default: sglang twice that capacity, sglang-http 256)")
     engine.add_argument("--request-timeout", type=float, default=GenerationSettings.request_timeout, metavar="SECONDS",
-                        help="sglang-http: give up on one request after this long, then retry it "
-                        f"(default {GenerationSettings.request_timeout:g})")
+                        help="sglang-http: idle timeout: retry a request when no data arrived for this long "
+                        "(the wait for the first token counts; a request that streams is never cut off; "
+                        f"default {GenerationSettings.request_timeout:g})")
     engine.add_argument("--max-retries", type=int, default=GenerationSettings.max_retries,
                         help="sglang engines: retries of a connection error, timeout or 5xx, with backoff "
                         f"(default {GenerationSettings.max_retries})")

@@ -73,7 +73,7 @@ class EngineOptions:
     # sglang engines: requests in flight at once; None = the engine's default (sglang: twice the
     # engine's running-request capacity; sglang-http: 256).
     max_in_flight: int | None = None
-    request_timeout_s: float = 3600.0  # sglang-http: one request; a reasoning sample can take many minutes
+    request_timeout_s: float = 3600.0  # sglang-http: idle timeout (no data for this long); covers the queue wait before the first token
     max_retries: int = 8  # sglang engines: retries of a transient failure (connection, timeout, 5xx)
     engine_args: dict[str, Any] = field(default_factory=dict)
 

@@ -88,6 +88,12 @@ def error_400(message: str) -> dict[str, Any]:
     return {"error": {"message": message}}
 
 
+def error_text(body: dict[str, Any]) -> str:
+    """The message of an `error_400` / `{"error": str}` body."""
+    error = body.get("error")
+    return error.get("message", "") if isinstance(error, dict) else str(error)
+
+
 def error_5xx(status: int, message: str) -> dict[str, Any]:
     """Body of a 5xx abort (e.g. 503 "The request queue is full.")."""
     return {"object": "error", "message": message, "type": str(status), "param": None, "code": status}

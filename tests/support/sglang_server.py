@@ -187,7 +187,9 @@ class ContinuousBatchingModel:
 class Fault:
     """Applied to prompts with digest % every == offset, on their first `attempts` attempts."""
 
-    kind: str  # "status" | "drop" | "truncate" | "slow" | "nan" (a NaN-token stop)
+    kind: str  # "status" | "drop" | "truncate" | "slow" | "nan" (a NaN-token stop) | "stall" (a stream
+    # that stops sending after its first chunk, for delay_s, then closes) | "abort" (a stream whose
+    # final chunk is an abort with status_code=status)
     every: int
     offset: int = 0
     attempts: int = 1
@@ -203,8 +205,13 @@ class SGLangLoopbackServer:
 
     def __init__(self, backend: Backend, faults: tuple[Fault, ...] = (), context_length: int | None = None,
                  model_path: str = "loopback-model", cache: bool = True, kv_capacity: int | None = None,
-                 starting_s: float = 0.0, api_key: str | None = None, server_args: dict[str, Any] | None = None):
-        """`starting_s`: /health answers 503 for that long after the first /health request (the
+                 starting_s: float = 0.0, api_key: str | None = None, server_args: dict[str, Any] | None = None,
+                 queue_s: float = 0.0, chunk_s: float = 0.0, keep_aborted_s: float = 0.0):
+        """`queue_s`: a stream sends nothing for that long (queued: SGLang has no queue timeout,
+        srt/environ.py), then a chunk every `chunk_s`; `keep_aborted_s`: a request whose client went
+        away keeps its rid that long (until the scheduler confirms the abort), and a request reusing
+        a live rid gets 400 "Duplicate request ID detected" (tokenizer_manager.py:3834-3837);
+        `server_args={"incremental_streaming_output": True}` streams deltas. `starting_s`: /health answers 503 for that long after the first /health request (the
         real server's `ServerStatus.Starting`); `api_key`: requests without `Authorization:
         Bearer KEY` get SGLang's 401; `server_args`: overrides of the served /server_info fields."""
         self.backend = backend
@@ -224,6 +231,12 @@ class SGLangLoopbackServer:
         self.running = 0  # requests being answered now
         self.max_running = 0
         self._seen_prompts: list[list[int]] = []
+        self.queue_s = queue_s
+        self.chunk_s = chunk_s
+        self.keep_aborted_s = keep_aborted_s
+        self.live_rids: set[str] = set()  # tokenizer_manager's rid_to_state
+        self.aborted = 0  # streams whose client went away
+        self.stream_chunks: list[tuple[str, float]] = []  # (rid, time) of every chunk sent
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30, middlewares=[self.auth])
@@ -342,12 +355,108 @@ class SGLangLoopbackServer:
             bad = next((r for r in results if r[0] != 200), None)
             return self._respond(*bad) if bad else self._respond(200, [r[1] for r in results])
 
+        stream = bool(body.get("stream"))
+        if rid in self.live_rids:
+            message = f"Duplicate request ID detected: {rid}"  # tokenizer_manager.py:3834-3837
+            self.outcomes["duplicate"] += 1
+            return await self._stream_error(request, message) if stream else self._respond(400, R.error_400(message))
+        self.live_rids.add(rid)
+        aborted = False
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         try:
+            if stream:
+                response, aborted = await self._answer_stream(request, input_ids, sampling, rid)
+                return response
             return await self._answer(request, input_ids, sampling, rid)
         finally:
             self.running -= 1
+            if aborted and self.keep_aborted_s > 0:
+                asyncio.get_running_loop().call_later(self.keep_aborted_s, self.live_rids.discard, rid)
+            else:
+                self.live_rids.discard(rid)
+
+    async def _stream_error(self, request: web.Request, message: str, code: int = 400) -> web.StreamResponse:
+        """A ValueError in a stream: 200, an error chunk, [DONE] (srt/entrypoints/http_server.py:949-981)."""
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        error = {"error": {"message": message, "type": "invalid_request_error", "code": code, "retryable": False}}
+        await response.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    def _chunks(self, result: dict[str, Any], interval: int) -> list[dict[str, Any]]:
+        """What a stream sends: the first token at once, then whenever `interval` ids are unsent
+        (srt/managers/scheduler_components/output_streamer.py:454-469), then the finished result;
+        `output_ids` cumulative, or new ids only under incremental_streaming_output
+        (tokenizer_manager.py:2672-2706); `completion_tokens` counts all ids so far (:2556)."""
+        ids = result["output_ids"]
+        ends = list(range(1, len(ids), interval))
+        incremental = bool(self.server_args.get("incremental_streaming_output"))
+        chunks, sent = [], 0
+        for end in ends + [len(ids)]:
+            meta = dict(result["meta_info"], completion_tokens=end)
+            if end < len(ids):
+                meta["finish_reason"] = None
+            chunks.append({"output_ids": ids[sent:end] if incremental else ids[:end], "meta_info": meta})
+            sent = end
+        return chunks
+
+    async def _answer_stream(self, request: web.Request, input_ids: Any, sampling: dict[str, Any],
+                             rid: str) -> tuple[web.StreamResponse, bool]:
+        """`stream: true` (http_server.py:949-981): headers at once (Starlette sends them before the
+        body), nothing while queued, then `data: <json>\\n\\n` chunks and `data: [DONE]\\n\\n`.
+        Returns the response and whether the client went away (the request was aborted)."""
+        digest = prompt_digest(input_ids) if isinstance(input_ids, list) else 0
+        attempt = self.attempts[digest]
+        self.attempts[digest] += 1
+        fault = next((f for f in self.faults if f.applies(digest, attempt)), None)
+        if fault is not None:
+            self.outcomes[f"fault:{fault.kind}"] += 1
+            if fault.kind == "status":  # as a proxy or router in front would answer
+                return self._respond(fault.status, R.error_5xx(fault.status, "Internal server error"
+                                                               if fault.status == 500 else "The request queue is full.")), False
+            if fault.kind == "drop":
+                request.transport.close()
+                return web.Response(status=200), True
+        status, result = await self._one(input_ids, sampling, rid)
+        if status != 200:
+            self.outcomes[str(status)] += 1
+            return await self._stream_error(request, R.error_text(result)), False
+        if fault is not None and fault.kind == "nan":
+            result["output_ids"][-1] = sampling["stop_token_ids"][0]
+            result["meta_info"]["finish_reason"] = R.nan_stop()
+        if fault is not None and fault.kind == "abort":
+            # An abort with a status ends a stream as its final chunk (tokenizer_manager.py:1891-1922).
+            result["meta_info"]["finish_reason"] = {"type": "abort", "message": "The request queue is full.",
+                                                    "status_code": fault.status, "err_type": None}
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        def gone() -> bool:
+            return request.transport is None or request.transport.is_closing()
+
+        try:
+            await asyncio.sleep(self.queue_s + (fault.delay_s if fault is not None and fault.kind == "slow" else 0.0))
+            chunks = self._chunks(result, sampling.get("stream_interval") or 1)
+            for i, chunk in enumerate(chunks):
+                if gone():
+                    raise ConnectionResetError
+                if i:
+                    await asyncio.sleep(self.chunk_s)
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.stream_chunks.append((rid, time.monotonic()))
+                if fault is not None and fault.kind in ("stall", "truncate"):
+                    await asyncio.sleep(fault.delay_s)
+                    request.transport.close()
+                    self.aborted += 1
+                    return response, True
+            await response.write(b"data: [DONE]\n\n")
+        except ConnectionError:
+            self.aborted += 1
+            return response, True
+        self.outcomes["ok"] += 1
+        return response, False
 
     async def _answer(self, request: web.Request, input_ids: Any, sampling: dict[str, Any], rid: str) -> web.StreamResponse:
         digest = prompt_digest(input_ids) if isinstance(input_ids, list) else 0
@@ -384,6 +493,51 @@ class SGLangLoopbackServer:
     @staticmethod
     def _respond(status: int, body: Any) -> web.Response:
         return web.Response(status=status, body=json.dumps(body), content_type="application/json")
+
+
+class RouterLoopback:
+    """A stand-in for sglang-router 0.3.2 in front of one worker: `/generate` is forwarded with the
+    same body (rid included) under a total timeout (`request_timeout_secs`, default 1800,
+    sglang_router/router_args.py:63) and retried on 408/429/5xx or that timeout up to
+    `max_retries` times (`retry_max_retries=5`, router_args.py:77-82; `--disable-retries`,
+    router_args.py:535-538). The answer is buffered, then passed on with its status. GETs pass through."""
+
+    def __init__(self, worker_url: str, request_timeout_s: float = 1800.0, max_retries: int = 5):
+        self.worker_url = worker_url
+        self.request_timeout_s = request_timeout_s
+        self.max_retries = max_retries
+        self.tries = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post("/generate", self.handle_generate)
+        app.router.add_get("/{path:.*}", self.handle_get)
+        return app
+
+    async def handle_get(self, request: web.Request) -> web.Response:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            async with session.get(self.worker_url + request.path) as r:
+                return web.Response(status=r.status, body=await r.read(), content_type=r.content_type)
+
+    async def handle_generate(self, request: web.Request) -> web.Response:
+        import aiohttp
+
+        body = await request.read()
+        status, payload, content_type = 504, b'{"error": "timeout"}', "application/json"
+        for _ in range(self.max_retries + 1):
+            self.tries += 1
+            try:
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.request_timeout_s)) as session:
+                    async with session.post(self.worker_url + "/generate", data=body,
+                                            headers={"Content-Type": "application/json"}) as r:
+                        status, payload, content_type = r.status, await r.read(), r.content_type
+            except (asyncio.TimeoutError, aiohttp.ClientError):
+                status, payload, content_type = 504, b'{"error": "timeout"}', "application/json"
+            if not (status >= 500 or status in (408, 429)):
+                break
+        return web.Response(status=status, body=payload, content_type=content_type)
 
 
 class ServerThread:

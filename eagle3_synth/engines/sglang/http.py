@@ -6,7 +6,9 @@ only when its slowest prompt ends), `max_in_flight` requests at once over keep-a
 turn; a URL that refuses connections is skipped for a while.
 
 Failures:
-- connection errors, timeouts, 408, 429 and 5xx are retried with backoff and jitter (retry.py);
+- connection errors, idle timeouts, 408, 429 and 5xx are retried with backoff and jitter (retry.py);
+- a 400 "Duplicate request ID detected" is retried too (with a new rid): it answers a retry that
+  a router made with our rid while the worker still held the aborted first try (protocol.py);
 - 401, 403, 404, 405 (a wrong URL path, a missing or wrong API key: SGLang's auth middleware
   answers 401 "Unauthorized" / 403 "Forbidden", sglang 0.5.23 srt/utils/auth.py:192-203) stop the
   run with one message naming the status and URL, instead of failing every prompt;
@@ -15,6 +17,14 @@ Failures:
   connected to stops the run (rerunning the command resumes), rather than marking every
   remaining prompt as failed while a server restarts.
 Every 200 result is checked (result_checks.py) before it is handed on.
+
+Requests stream (`"stream": true`, `sampling_params.stream_interval` = STREAM_INTERVAL), so the
+timeout is about progress, not total time: an attempt fails only when no data arrived for
+`request_timeout_s` (aiohttp's `sock_read`). SGLang has no queue timeout (srt/environ.py), so a
+total timeout would count queue time and restart a long sample that was running fine. The wait
+for the first chunk (queue + prefill) still counts against it: SGLang sends nothing while a
+request is queued. Chunks are reassembled into exactly the ids a non-stream request returns
+(protocol.merge_chunk).
 
 At start, each URL's `/health` is waited for (it answers 503 while the server starts,
 srt/entrypoints/http_server.py:721-737; bounded by `health_timeout_s`), then its server info
@@ -42,7 +52,7 @@ from eagle3_synth.engines.base import EngineOptions, GenerationRequest, Generati
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
-from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_transient_status, result_with_retries, sglang_sampling_params
+from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid, is_transient_status, merge_chunk, result_with_retries, sglang_sampling_params, stream_status
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
@@ -52,6 +62,12 @@ CONNECT_TIMEOUT_S = 30.0
 URL_COOLDOWN_S = 10.0
 HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
 HEALTH_POLL_S = 2.0
+# Tokens per streamed chunk after the first (sent at once): sglang 0.5.23
+# srt/managers/scheduler_components/output_streamer.py:454-469 sends a stream's first token at
+# once, then whenever `sampling_params.stream_interval` tokens are unsent (the request's value
+# over the server's --stream-interval). Large, because the default (cumulative) chunks repeat
+# every id so far; small enough that a chunk comes well within any sane idle timeout.
+STREAM_INTERVAL = 1024
 # Statuses that say the URL or the key is wrong, not the prompt: they stop the run.
 MISCONFIGURED_STATUS = frozenset({401, 403, 404, 405})
 
@@ -150,44 +166,84 @@ class SGLangHTTPEngine(WindowedEngine):
             # Created inside a coroutine on self._loop, so aiohttp binds it to that loop.
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._window.size, keepalive_timeout=4.0),
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
+                # An idle timeout, not a total one: each read waits at most request_timeout_s.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S,
+                                              sock_read=self.request_timeout_s),
             )
         return self._session
 
     # -- one attempt ----------------------------------------------------------------------
-    async def _post(self, url: str, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
-        """POST and read the whole body; every transport failure is classified as transient."""
+    async def _post_stream(self, url: str, payload: dict[str, Any]) -> tuple[int, Any]:
+        """POST a streaming /generate; (200, the reassembled result or a stream's error chunk),
+        or (status, body) of a non-200 answer. Every transport failure is transient."""
         import aiohttp
 
         session = self._get_session()
         try:
-            async with session.post(url + path, json=payload) as response:
-                return response.status, await response.read()
+            async with session.post(url + "/generate", json=payload) as response:
+                if response.status != 200 or response.content_type != "text/event-stream":
+                    return response.status, _json_or_text(await response.read())
+                return 200, await self._read_stream(url, response)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             self.urls.mark_down(url)
             raise ConnectionFailure(f"{url}: {type(exc).__name__}: {exc}") from exc
         except asyncio.TimeoutError as exc:
-            raise TransientEngineError(f"{url}: no response within {self.request_timeout_s:g}s") from exc
-        except aiohttp.ClientError as exc:  # a body cut off mid-way, a malformed response
+            raise TransientEngineError(f"{url}: no data for {self.request_timeout_s:g}s (idle timeout)") from exc
+        except aiohttp.ClientError as exc:  # a stream cut off mid-way, a malformed response
             raise TransientEngineError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    async def _read_stream(url: str, response: Any) -> dict[str, Any]:
+        """SGLang's SSE: `data: <json>\\n\\n` per chunk, then `data: [DONE]\\n\\n`; an error is a
+        `data: {"error": {...}}` chunk before [DONE] (sglang 0.5.23 srt/entrypoints/http_server.py:949-981)."""
+        buffer = b""
+        output: list[int] = []
+        last: dict[str, Any] | None = None
+        async for data in response.content.iter_any():
+            buffer += data
+            *events, buffer = buffer.split(b"\n\n")
+            for event in events:
+                event = event.strip()
+                if not event.startswith(b"data:"):
+                    continue  # SSE comments / keep-alives
+                event = event[len(b"data:"):].strip()
+                if event == b"[DONE]":
+                    if last is None:
+                        raise TransientEngineError(f"{url}: stream ended with [DONE] and no result")
+                    return last if "error" in last else {**last, "output_ids": output}
+                try:
+                    chunk = json.loads(event)
+                except ValueError:
+                    raise TransientEngineError(f"{url}: a stream chunk that is not JSON: {error_text(event.decode('utf-8', 'replace'))}") from None
+                if not isinstance(chunk, dict):
+                    raise TransientEngineError(f"{url}: a stream chunk that is not an object: {error_text(chunk)}")
+                if "error" not in chunk:
+                    output = merge_chunk(output, chunk)
+                last = chunk
+        raise TransientEngineError(f"{url}: the stream ended before [DONE]")
 
     async def _attempt(self, request: GenerationRequest, sampling: dict[str, Any], attempt: int) -> GenerationResult:
         url = self.urls.pick()
-        payload = {"input_ids": request.prompt_ids, "sampling_params": sampling, "rid": self._rids(request.sample_id, attempt)}
-        status, body = await self._post(url, "/generate", payload)
+        rid = self._rids(request.sample_id, attempt)
+        payload = {"input_ids": request.prompt_ids, "sampling_params": {**sampling, "stream_interval": STREAM_INTERVAL},
+                   "rid": rid, "stream": True}
+        status, data = await self._post_stream(url, payload)
         self.urls.mark_up(url)
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = body.decode("utf-8", "replace")
-            if status == 200:
-                raise TransientEngineError(f"{url}: HTTP 200 with a body that is not JSON: {error_text(data)}") from None
         if status == 200:
+            status, data = stream_status(data)
+        if status == 200:
+            if not isinstance(data, dict):
+                raise TransientEngineError(f"{url}: HTTP 200 with a body that is not a result: {error_text(data)}")
             return check_result(request, data, source=url, stop_token_ids=sampling["stop_token_ids"])
-        message = f"{url}: HTTP {status}: {error_text(data)}"
+        text = error_text(data)
+        message = f"{url}: HTTP {status}: {text}"
         if status in MISCONFIGURED_STATUS:
-            raise MisconfiguredServer(misconfigured(status, url + "/generate", error_text(data)))
+            raise MisconfiguredServer(misconfigured(status, url + "/generate", text))
         if is_transient_status(status):
+            raise TransientEngineError(message)
+        if is_duplicate_rid(status, text):
+            log.info("sample_id %d: %s (a router retry of an aborted request); retrying with a new id",
+                     request.sample_id, message)
             raise TransientEngineError(message)
         return abort_result(request, message)
 

@@ -24,6 +24,53 @@ def is_transient_status(status: int) -> bool:
     return status >= 500 or status in RETRIED_STATUS
 
 
+# sglang 0.5.23 srt/managers/tokenizer_manager.py:3834-3837: a rid still in `rid_to_state` is
+# refused with ValueError (HTTP 400, or a stream's error chunk). An aborted request stays there
+# until the scheduler confirms the abort (a few seconds), and sglang-router 0.3.2 retries a failed
+# or timed-out request with the same body, rid included (router_args.py:63, 77-82). Our own
+# attempts use a fresh rid each (RequestIds), so this 400 can only answer a retry made between us
+# and the worker: transient, retried with a new rid after a backoff.
+DUPLICATE_RID_MESSAGE = "Duplicate request ID detected"
+
+
+def is_duplicate_rid(status: int, message: str) -> bool:
+    return status == 400 and DUPLICATE_RID_MESSAGE in message
+
+
+def merge_chunk(output: list[int], chunk: dict[str, Any]) -> list[int]:
+    """The output ids so far after one stream chunk.
+
+    With skip_tokenizer_init, sglang 0.5.23 srt/managers/tokenizer_manager.py:2672-2706 sends every
+    chunk's `output_ids` cumulative (all ids so far; the non-stream result's list) by default, and
+    only the new ids under --incremental-streaming-output; `meta_info.completion_tokens` counts all
+    ids so far in both (tokenizer_manager.py:2556). A chunk as long as that count is cumulative
+    (a delta that long can only be the first, where both read the same); anything else is a delta.
+    """
+    ids = chunk.get("output_ids")
+    if not isinstance(ids, list):
+        return output
+    meta = chunk.get("meta_info")
+    total = meta.get("completion_tokens") if isinstance(meta, dict) else None
+    return list(ids) if total == len(ids) else output + list(ids)
+
+
+def stream_status(data: dict[str, Any]) -> tuple[int, Any]:
+    """The status a stream's last chunk stands for: an error chunk carries its `code`
+    (srt/entrypoints/http_server.py:963-972); an abort with a status (400-599) ends a stream as its final chunk
+    where a non-stream call would answer that status (tokenizer_manager.py:1891-1922)."""
+    error = data.get("error")
+    if error is not None:
+        code = error.get("code") if isinstance(error, dict) else None
+        return (code if isinstance(code, int) else 400), data
+    meta = data.get("meta_info")
+    reason = meta.get("finish_reason") if isinstance(meta, dict) else None
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        code = reason.get("status_code")
+        if isinstance(code, int) and 400 <= code < 600:
+            return code, {"error": {"message": str(reason.get("message"))}}
+    return 200, data
+
+
 async def result_with_retries(
     request: GenerationRequest,
     attempt: Callable[[int], Awaitable[GenerationResult]],

@@ -1,0 +1,92 @@
+"""`sglang-http` streams: an idle timeout instead of a total one, chunks reassembled exactly, and a
+router's retry that reuses our request id ("Duplicate request ID") recovered instead of failing."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from eagle3_synth.engines.sglang import http as sglang_http
+from eagle3_synth.engines.sglang.protocol import is_duplicate_rid, merge_chunk
+
+from ..support.sglang_server import DeterministicBackend, Fault, RouterLoopback, SGLangLoopbackServer
+from .test_sglang_http import PARAMS, STOP, http_engine, random_requests, serve  # noqa: F401  (fixture)
+
+
+def non_stream_ids(url: str, prompt: list[int]) -> list[int]:
+    """What a plain (non-stream) /generate returns for this prompt."""
+    body = {"input_ids": prompt, "rid": f"plain-{hash(tuple(prompt))}",
+            "sampling_params": {"max_new_tokens": PARAMS.max_new_tokens, "temperature": 0.0,
+                                "top_p": 1.0, "top_k": -1, "stop_token_ids": list(STOP)}}
+    request = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["output_ids"]
+
+
+def run(engine, requests):
+    try:
+        return sorted(engine.generate(requests, PARAMS), key=lambda r: r.sample_id)
+    finally:
+        engine.close()
+
+
+def assert_rows_as_non_stream(url, requests, results):
+    assert [r.sample_id for r in results] == [q.sample_id for q in requests]  # each exactly once
+    for request, result in zip(requests, results):
+        assert result.error is None, result.error
+        assert result.output_ids == non_stream_ids(url, request.prompt_ids)
+        assert result.completion_tokens == len(result.output_ids)
+
+
+def test_chunks_merge_cumulative_and_incremental():
+    merge = merge_chunk
+    assert merge([], {"output_ids": [5], "meta_info": {"completion_tokens": 1}}) == [5]
+    assert merge([5], {"output_ids": [5, 6, 7], "meta_info": {"completion_tokens": 3}}) == [5, 6, 7]  # cumulative
+    assert merge([5], {"output_ids": [6, 7], "meta_info": {"completion_tokens": 3}}) == [5, 6, 7]  # a delta
+    assert is_duplicate_rid(400, "Duplicate request ID detected: eagle3-synth-x-1-0")
+    assert not is_duplicate_rid(400, "Duplicate request IDs detected within the request: [..]")
+    assert not is_duplicate_rid(503, "Duplicate request ID detected: x")
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_request_queued_then_running_past_a_total_timeout_completes_once(serve, monkeypatch, incremental):
+    """Queued 0.6 s, then a chunk every 0.3 s: about 2 s in all, over the 1 s timeout, yet never
+    1 s without data; a total timeout would restart every one of them."""
+    monkeypatch.setattr(sglang_http, "STREAM_INTERVAL", 4)
+    backend = DeterministicBackend(min_len=16, max_len=20)
+    server = SGLangLoopbackServer(backend, queue_s=0.6, chunk_s=0.3,
+                                  server_args={"incremental_streaming_output": incremental})
+    url = serve(server).url
+    requests = random_requests(4, seed=3)
+    results = run(http_engine(url, request_timeout_s=1.0), requests)
+    assert len(server.rids) == len(requests)  # not one restarted
+    assert server.outcomes["ok"] == len(requests) and server.aborted == 0
+    assert_rows_as_non_stream(url, requests, results)
+
+
+def test_a_server_that_stops_sending_is_retried_after_the_idle_timeout(serve):
+    server = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("stall", every=2, delay_s=3.0),
+                                                                  Fault("truncate", every=5, offset=1),
+                                                                  Fault("abort", every=7, offset=3, status=503)))
+    url = serve(server).url
+    requests = random_requests(16, seed=4)
+    results = run(http_engine(url, request_timeout_s=0.5), requests)
+    assert server.outcomes["fault:stall"] > 0 and server.outcomes["fault:abort"] > 0
+    assert_rows_as_non_stream(url, requests, results)
+
+
+def test_a_router_retry_that_reuses_our_id_recovers(serve):
+    """The router times out the first try and retries it with the same rid while the worker still
+    holds it: 400 "Duplicate request ID" comes back, and our retry (a new rid) succeeds."""
+    worker = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("slow", every=1, delay_s=1.0),),
+                                  keep_aborted_s=0.5)
+    worker_url = serve(worker).url
+    router = RouterLoopback(worker_url, request_timeout_s=0.3, max_retries=2)
+    router_url = serve(router).url
+    requests = random_requests(3, seed=5)
+    results = run(http_engine(router_url, request_timeout_s=5.0), requests)
+    assert worker.outcomes["duplicate"] >= len(requests)
+    assert_rows_as_non_stream(worker_url, requests, results)
