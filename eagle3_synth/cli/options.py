@@ -17,7 +17,7 @@ from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.run.directory import run_dir_under
 from eagle3_synth.run.progress import RunSummary
 from eagle3_synth.run.settings import GenerationSettings
-from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec
+from eagle3_synth.run.spec import SamplingSpec
 
 
 def parse_key_value(text: str, option: str) -> tuple[str, Any]:
@@ -172,13 +172,3 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         max_hours=args.max_hours,
         retry_errors=args.retry_errors,
     )
-
-
-def run_spec(args: argparse.Namespace) -> RunSpec:
-    """The spec of what the generating options ask for (everything that determines the output)."""
-    return generation_settings(args, getattr(args, "run_dir", None)).run_spec(args.config)
-
-
-def run_options(args: argparse.Namespace, run_dir: str) -> RunOptions:
-    """How this process runs the spec (plumbing, never fingerprinted)."""
-    return generation_settings(args, run_dir).run_options()

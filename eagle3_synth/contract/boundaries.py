@@ -54,7 +54,7 @@ def prompt_opens_reasoning(prompt_ids: Sequence[int], markers: MarkerIds) -> boo
     last_open = find_last_marker(ids, markers.reasoning_open)
     if last_open < 0:
         return False
-    return find_last_marker(ids, markers.reasoning_close) < last_open
+    return find_marker(ids, markers.reasoning_close, last_open + 1)[0] < 0  # no close after it
 
 
 def find_tool_calls(output_ids: Sequence[int], markers: MarkerIds) -> tuple[ToolCallSpan, ...]:
