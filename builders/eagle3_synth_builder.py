@@ -139,7 +139,7 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
             if not self.config.partial:
                 raise ConfigError(coverage.missing_message())
             self.echo(f"  --partial: building without the {len(coverage.missing)} samples that have no result yet")
-        ranges = sample_id_ranges(coverage.sample_ids)
+        ranges = sample_id_ranges(coverage.sample_ids, stops=coverage.sample_id_stops)
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"run_dir": run_dir, "ranges": ranges})]
 
     def _generate_tables(self, run_dir: str, ranges: list[tuple[int, int]]) -> Iterator[tuple[Key, pa.Table]]:

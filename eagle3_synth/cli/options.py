@@ -13,7 +13,9 @@ from typing import Any
 from eagle3_synth.contract.profiles import PROFILES
 from eagle3_synth.engines import ENGINES
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.templating import check_template_date
+from eagle3_synth.prompts.turns import parse_kwarg_mix
 from eagle3_synth.run.directory import run_dir_under
 from eagle3_synth.run.progress import RunSummary
 from eagle3_synth.run.settings import GenerationSettings
@@ -70,6 +72,17 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                          help="model context: prompts longer than it minus --max-new-tokens are skipped "
                          "(default: max_position_embeddings of the model's config.json, if any)")
     prompts.add_argument("--strict", action="store_true", help="stop at the first rejected prompt instead of skipping it")
+    talks = parser.add_argument_group("conversations")
+    talks.add_argument("--turns", choices=TURN_MODES,
+                       help="last: the target writes each conversation's final answer, after the source's own earlier "
+                       "turns; all: every assistant turn, each on the history the target wrote, tool loops continued "
+                       "with the source's results (default: the config's, see README)")
+    talks.add_argument("--samples-per-prompt", type=int, default=GenerationSettings.samples_per_prompt, metavar="N",
+                       help="rollouts per source conversation, each with its own sampling seeds "
+                       f"(default {GenerationSettings.samples_per_prompt})")
+    talks.add_argument("--template-kwarg-mix", metavar="MIX", default="",
+                       help="template kwargs drawn per rollout by a seeded draw (--selection-seed), e.g. "
+                       "thinking=true:0.7,thinking=false:0.3 (several kwargs: a=1+b=2:0.5); recorded per row")
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--max-new-tokens", type=int,
                           help=f"cap on output tokens (default: the config's, {SamplingSpec.max_new_tokens})")
@@ -152,6 +165,9 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         scan_limit=args.scan_limit,
         max_context=args.max_context,
         strict=args.strict,
+        turns=args.turns,
+        samples_per_prompt=args.samples_per_prompt,
+        template_kwarg_mix=parse_kwarg_mix(args.template_kwarg_mix) if args.template_kwarg_mix else (),
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,

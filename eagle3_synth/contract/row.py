@@ -24,6 +24,7 @@ _SCHEMA = (
     ("reasoning_start", "int32"), ("think_end", "int32"), ("response_start", "int32"), ("tool_calls", "spans[]"),
     ("stop_index", "int32"), ("finish_reason", "string"), ("prompt_tokens", "int32"), ("completion_tokens", "int32"),
     ("messages", "string"), ("tools", "string"),
+    ("conversation_id", "int64"), ("turn", "int32"), ("sample_index", "int32"), ("template_kwargs", "string"),
 )
 COLUMNS = tuple(name for name, _ in _SCHEMA)
 
@@ -52,13 +53,30 @@ def __getattr__(name: str) -> Any:
 
 @dataclass(frozen=True)
 class PreparedPrompt:
-    """A prompt after templating: exactly what is sent to the engine, and what produced it."""
+    """A prompt after templating: exactly what is sent to the engine, and what produced it.
+
+    In a run directory's prompts.jsonl, one per rollout: the first turn's prompt, whose `sample_id`
+    is the rollout's first; turn t of the rollout has `sample_id + t` (`prompts/turns.py`).
+    """
 
     sample_id: int
     source_id: str
     prompt_ids: list[int]
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
+    # The source conversation's index in the prompt list (-1: the same as sample_id).
+    conversation_id: int = -1
+    # Turns the rollout may have (the sample ids it owns), its index among the conversation's
+    # rollouts, the template kwargs it is rendered with (None: the run's), and the whole source
+    # conversation later turns are taken from (None: one turn only).
+    turns: int = 1
+    sample_index: int = 0
+    template_kwargs: dict[str, Any] | None = None
+    script: list[dict[str, Any]] | None = None
+
+    @property
+    def conversation(self) -> int:
+        return self.sample_id if self.conversation_id < 0 else self.conversation_id
 
 
 def dumps_messages(messages: Sequence[dict[str, Any]]) -> str:
@@ -67,6 +85,10 @@ def dumps_messages(messages: Sequence[dict[str, Any]]) -> str:
 
 def dumps_tools(tools: Sequence[dict[str, Any]] | None) -> str:
     return json.dumps(list(tools), ensure_ascii=False) if tools else ""
+
+
+def dumps_kwargs(kwargs: dict[str, Any] | None) -> str:
+    return json.dumps(kwargs or {}, ensure_ascii=False, sort_keys=True)
 
 
 def make_row(
@@ -79,6 +101,10 @@ def make_row(
     messages_json: str,
     tools_json: str,
     markers: MarkerIds,
+    conversation_id: int | None = None,
+    turn: int = 0,
+    sample_index: int = 0,
+    template_kwargs_json: str = "{}",
 ) -> dict[str, Any]:
     """One dataset row; ids are stored as given, boundaries computed from them."""
     if finish_reason not in FINISH_REASONS:
@@ -104,4 +130,8 @@ def make_row(
         "completion_tokens": len(output_ids),
         "messages": messages_json,
         "tools": tools_json,
+        "conversation_id": sample_id if conversation_id is None else conversation_id,
+        "turn": turn,
+        "sample_index": sample_index,
+        "template_kwargs": template_kwargs_json,
     }

@@ -2,11 +2,17 @@
 
 An adapter takes token-id prompts and yields per-sample results as they complete (in any order).
 It knows nothing about datasets, configs or the Hub.
+
+Dependent requests (a conversation's next turn is known only once its previous turn's result is
+handed on) use one rule: the request iterator may yield `None`, meaning "nothing is ready until
+you hand on a result you hold". An adapter then stops taking requests, hands on what completes,
+and asks again; it never sees `None` while it holds nothing (`take_requests`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,11 +84,28 @@ class EngineOptions:
     engine_args: dict[str, Any] = field(default_factory=dict)
 
 
+def take_requests(requests: Iterator["GenerationRequest | None"], most: int, holding: int = 0
+                  ) -> tuple[list["GenerationRequest"], bool]:
+    """Up to `most` requests, stopping early at a `None` (see the module doc); and whether the
+    iterator is exhausted. `holding` is how many results the caller has not handed on yet: with
+    none held a `None` could never be followed by a request, so it is a caller's error."""
+    taken: list[GenerationRequest] = []
+    for request in islice(requests, most):
+        if request is None:
+            if not taken and not holding:
+                raise RuntimeError("the request iterator yielded None while the engine held no request: "
+                                   "no result can come back to unblock it")
+            return taken, False
+        taken.append(request)
+    return taken, len(taken) < most
+
+
 class Engine(Protocol):
-    """Generate results for token-id prompts; yield each as soon as it is complete."""
+    """Generate results for token-id prompts; yield each as soon as it is complete (`requests` may
+    yield None: see the module doc)."""
 
     def generate(
-        self, requests: Iterable[GenerationRequest], params: SamplingParams
+        self, requests: Iterable[GenerationRequest | None], params: SamplingParams
     ) -> Iterator[GenerationResult]: ...
 
     def close(self) -> None: ...

@@ -14,7 +14,8 @@ import orjson
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.contract.row import FINISH_REASONS
-from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
+from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result,
+                                       take_requests)
 
 
 _SAMPLE_ID = re.compile(rb'"sample_id"\s*:\s*(-?\d+)')
@@ -80,8 +81,12 @@ class ReplayEngine:
         )
 
     def generate(self, requests: Iterable[GenerationRequest], params: SamplingParams) -> Iterator[GenerationResult]:
-        for request in requests:
-            yield self._result(request, params)
+        iterator = iter(requests)
+        exhausted = False
+        while not exhausted:
+            batch, exhausted = take_requests(iterator, 1)
+            for request in batch:
+                yield self._result(request, params)
 
     def close(self) -> None:
         self._handle.close()

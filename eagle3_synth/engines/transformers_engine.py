@@ -8,11 +8,11 @@ stored. Ids go from `generate` to the result untouched: nothing is decoded or re
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import islice
 from typing import Any
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams
+from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
+                                       take_requests)
 
 
 def cut_after_stop(new_ids: list[int], stop_ids: tuple[int, ...], max_new_tokens: int) -> tuple[list[int], str]:
@@ -74,8 +74,11 @@ class TransformersEngine:
 
     def generate(self, requests: Iterable[GenerationRequest], params: SamplingParams) -> Iterator[GenerationResult]:
         iterator = iter(requests)
-        while batch := list(islice(iterator, self.batch_size)):
-            yield from self._generate_batch(batch, params)
+        exhausted = False
+        while not exhausted:
+            batch, exhausted = take_requests(iterator, self.batch_size)
+            if batch:
+                yield from self._generate_batch(batch, params)
 
     def close(self) -> None:
         self.model = None

@@ -17,6 +17,7 @@ A config file maps names to fields (only `adapter` is required):
       license: cc-by-4.0
       max_new_tokens: 4096
       template_kwargs: {thinking: true}
+      turns: all                        # last (default): the final answer; all: every assistant turn
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.adapters import get_adapter
 
 DEFAULT_MAX_NEW_TOKENS = 10_240
+# `turns`: "last" generates a conversation's final answer only; "all" every assistant turn.
+TURN_MODES = ("last", "all")
 DEFAULT_CAP = 12_000
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -58,6 +61,9 @@ class ConfigSpec:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     # Extra chat-template kwargs for this config (merged under the user's --template-kwarg).
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Which assistant turns the target writes (`prompts/turns.py`): "last" (the final answer, after
+    # the source's own earlier turns) or "all" (every turn, each on the target's own history).
+    turns: str = "last"
 
     def __post_init__(self) -> None:
         where = f"config {self.name!r}"
@@ -79,6 +85,8 @@ class ConfigSpec:
                 raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
         if not isinstance(self.template_kwargs, dict):
             raise ConfigError(f"{where}: template_kwargs must be a mapping")
+        if self.turns not in TURN_MODES:
+            raise ConfigError(f"{where}: turns must be one of {', '.join(TURN_MODES)}, got {self.turns!r}")
         try:
             get_adapter(self.adapter)
         except ConfigError as exc:
@@ -95,9 +103,9 @@ BUILTIN_CONFIGS: dict[str, ConfigSpec] = {
                    "short single-tool function calling", "glaive", 12_000, "apache-2.0"),
         ConfigSpec("B2_hermes_fc", "NousResearch/hermes-function-calling-v1", "train",
                    "multi-step and parallel tool calls, JSON mode", "hermes", 8_000, "apache-2.0",
-                   source_configs=HERMES_CONFIGS),
+                   source_configs=HERMES_CONFIGS, turns="all"),
         ConfigSpec("B3_ultrachat", "HuggingFaceH4/ultrachat_200k", "train_sft",
-                   "general multi-turn chat", "messages", 12_000, "mit"),
+                   "general multi-turn chat", "messages", 12_000, "mit", turns="all"),
         ConfigSpec("B4_mixturethoughts", "open-r1/Mixture-of-Thoughts", "train",
                    "math / code / science reasoning", "messages", 12_000, "unspecified (mixed upstream sources)",
                    source_configs=("all",)),
@@ -105,7 +113,7 @@ BUILTIN_CONFIGS: dict[str, ConfigSpec] = {
                    "long reasoning chains", "openthoughts", 12_000, "apache-2.0"),
         ConfigSpec("B6_sharegpt", "Aeala/ShareGPT_Vicuna_unfiltered", "train",
                    "real user conversations", "sharegpt", 12_000, "apache-2.0",
-                   data_files=("ShareGPT_V4.3_unfiltered_cleaned_split.json",)),
+                   data_files=("ShareGPT_V4.3_unfiltered_cleaned_split.json",), turns="all"),
         ConfigSpec("B7_magpie", "Magpie-Align/Magpie-Qwen2.5-Pro-1M-v0.1", "train",
                    "diverse single-turn instructions", "sharegpt", 10_000,
                    "unspecified (Qwen2.5-72B-Instruct outputs)", columns=("uuid", "conversations")),

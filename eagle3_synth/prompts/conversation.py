@@ -29,11 +29,17 @@ _LEADING_REASONING = re.compile(r"\A\s*<think>(.*?)</think>", re.DOTALL)
 
 @dataclass(frozen=True)
 class Conversation:
-    """What a chat template renders: messages up to the last user turn, plus tool definitions."""
+    """What a chat template renders: messages up to the last user turn, plus tool definitions.
+
+    `script`: for on-policy conversations (`--turns all`, `prompts/turns.py`), the whole source
+    conversation the prompt was cut from -- later user turns and tool results are taken from it;
+    None when only one turn is generated.
+    """
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     source_id: str = ""
+    script: list[dict[str, Any]] | None = None
 
 
 def check_messages(messages: Any, where: str) -> None:
@@ -113,21 +119,23 @@ def role_turns(
     return turns
 
 
-def prompt_turns(turns: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+def prompt_turns(turns: Sequence[tuple[str, Any]], *, whole: bool = False) -> list[tuple[str, Any]]:
     """The turns of a prompt, from `(role, payload)` pairs with roles already normalised.
 
     Rules, the same for every source: blank system/user/assistant turns are dropped (a tool
     turn is kept even when empty: it answers a call); turns before the first user turn are
     dropped except system turns (a ShareGPT chunk may start mid-conversation); the conversation
     is cut after its last user turn, dropping the dataset's own answer (the target model writes
-    a new one). Raises PromptError when no user turn is left. Payloads are parsed by the caller
-    afterwards, so a malformed turn after the cut never rejects a record.
+    a new one) -- unless `whole`, for on-policy conversations, which keep the turns after it (the
+    target rewrites every assistant turn, `prompts/turns.py`). Raises PromptError when no user turn
+    is left. Payloads are parsed by the caller afterwards, so a malformed turn after the cut never
+    rejects a record.
     """
     kept = [(role, payload) for role, payload in turns if role == "tool" or not is_blank(payload)]
     users = [i for i, (role, _) in enumerate(kept) if role == "user"]
     if not users:
         raise PromptError("no user turn with text")
-    first, last = users[0], users[-1]
+    first, last = users[0], len(kept) - 1 if whole else users[-1]
     return [turn for turn in kept[:first] if turn[0] == "system"] + kept[first : last + 1]
 
 
@@ -234,11 +242,11 @@ def unique_tools(tools: list[dict[str, Any]], where: str) -> list[dict[str, Any]
     return unique
 
 
-def text_messages(turns: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+def text_messages(turns: Sequence[tuple[str, str]], *, whole: bool = False) -> list[dict[str, Any]]:
     """Messages of text-only turns (no tools): `prompt_turns` applied, assistants via `assistant_message`."""
     return [
         assistant_message(text) if role == "assistant" else {"role": role, "content": text}
-        for role, text in prompt_turns(turns)
+        for role, text in prompt_turns(turns, whole=whole)
     ]
 
 

@@ -59,6 +59,11 @@ def rendered_texts(conversation: Conversation) -> Iterator[tuple[str, str]]:
             yield f"messages[{i}].tool_calls", json.dumps(message["tool_calls"], ensure_ascii=False)
     if conversation.tools:
         yield "tools", json.dumps(conversation.tools, ensure_ascii=False)
+    # Later user turns and tool results of an on-policy conversation enter later prompts (its
+    # assistant turns never do: the target rewrites them).
+    for i, message in enumerate((conversation.script or [])[len(conversation.messages):], len(conversation.messages)):
+        if message.get("role") != "assistant" and isinstance(message.get("content"), str):
+            yield f"messages[{i}]", message["content"]
 
 
 class PromptChecks:
@@ -102,4 +107,4 @@ class PromptChecks:
         if first != candidate.sample_id:
             raise Reject("duplicate", f"same prompt ids as sample_id {first}")
         return PreparedPrompt(sample_id=candidate.sample_id, source_id=candidate.source_id, prompt_ids=ids,
-                              messages=conversation.messages, tools=conversation.tools)
+                              messages=conversation.messages, tools=conversation.tools, script=conversation.script)

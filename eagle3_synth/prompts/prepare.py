@@ -121,10 +121,11 @@ def _templated(
 
 def iter_prepared_prompts(
     plan: PromptPlan, chat: ChatTokenizer, rejects: list[dict[str, Any]], *,
-    max_prompt_tokens: int | None = None, preparation: Preparation = Preparation(),
+    max_prompt_tokens: int | None = None, preparation: Preparation = Preparation(), whole: bool = False,
 ) -> Iterator[PreparedPrompt]:
     """The config's kept prompts in prompt-list order, until `cap` are kept (see module doc),
-    appending each rejected one to `rejects` as it is met.
+    appending each rejected one to `rejects` as it is met; with `whole`, each the opening prompt
+    of its whole conversation, which it keeps as its `script` (`turns.opening`).
 
     A stream, so that a run writes prompts.jsonl as it goes and never holds the whole prompt list
     (hundreds of MB of Python ints for 100,000 prompts). The summary is logged at the end.
@@ -134,7 +135,7 @@ def iter_prepared_prompts(
     kept = 0
     templater = make_templater(preparation.workers, chat, preparation.tokenizer_path, preparation.trust_remote_code)
     try:
-        for candidate, item, ids in _templated(candidates(plan, cap), checks, templater, cap, lambda: kept):
+        for candidate, item, ids in _templated(candidates(plan, cap, whole=whole), checks, templater, cap, lambda: kept):
             try:
                 if isinstance(item, Reject):
                     raise item

@@ -26,7 +26,8 @@ import hashlib
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from eagle3_synth.prompts.adapters import get_adapter
 from eagle3_synth.prompts.configs import ConfigSpec
 from eagle3_synth.prompts.conversation import Conversation, check_messages, read_prompts_jsonl
 from eagle3_synth.prompts.readers import SourceRecord, iter_dataset, iter_source_files
+from eagle3_synth.prompts.turns import opening
 
 
 @dataclass(frozen=True)
@@ -184,8 +186,16 @@ def file_candidates(path: str) -> Iterator[Candidate]:
         yield Candidate(sample_id, where, source_id, item)
 
 
-def candidates(plan: PromptPlan, cap: int | None) -> Iterator[Candidate]:
-    """The plan's records in prompt-list order, converted, lazily."""
+def candidates(plan: PromptPlan, cap: int | None, *, whole: bool = False) -> Iterator[Candidate]:
+    """The plan's records in prompt-list order, converted, lazily; with `whole` (on-policy
+    conversations), each the opening prompt of its whole conversation (`turns.opening`)."""
+    found = _candidates(plan, cap, whole)
+    if not whole:
+        return found
+    return (replace(c, item=opening(c.item)) if isinstance(c.item, Conversation) else c for c in found)
+
+
+def _candidates(plan: PromptPlan, cap: int | None, whole: bool) -> Iterator[Candidate]:
     selection = plan.selection
     if not selection.reads_source:
         return file_candidates(plan.prompts_file)
@@ -201,4 +211,4 @@ def candidates(plan: PromptPlan, cap: int | None) -> Iterator[Candidate]:
         return itertools.islice(records, selection.scan_limit)
 
     pool = 2 * cap + 64 if cap is not None else 1 << 62
-    return seeded_candidates(read, adapter.convert, adapter.source_id, selection.seed, pool)
+    return seeded_candidates(read, partial(adapter.convert, whole=whole), adapter.source_id, selection.seed, pool)

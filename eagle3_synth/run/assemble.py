@@ -17,11 +17,13 @@ import numpy as np
 import pyarrow as pa
 
 from eagle3_synth.contract.profiles import MarkerIds
-from eagle3_synth.contract.row import FEATURES, dumps_messages, dumps_tools, make_row
+from eagle3_synth.contract.row import FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.run.conversations import FAILED, FRESH, NEXT, rollout_states
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.progress import MAX_LISTED, Coverage
+from eagle3_synth.run.shards import Shard
 
 # Rows per Arrow table handed to the writer: large enough that per-table costs vanish, small
 # enough that a batch of ~2,000-id outputs stays a few tens of MiB.
@@ -30,12 +32,18 @@ ROWS_PER_TABLE = 1_000
 ASSEMBLY_RANGES = 64
 
 
-def sample_id_ranges(sample_ids: np.ndarray, count: int = ASSEMBLY_RANGES) -> list[tuple[int, int]]:
-    """`[start, stop)` ranges covering the sorted `sample_ids`, at most `count`, equal in ids held."""
+def sample_id_ranges(sample_ids: np.ndarray, count: int = ASSEMBLY_RANGES, stops: np.ndarray | None = None
+                     ) -> list[tuple[int, int]]:
+    """`[start, stop)` ranges covering the sorted rollout `sample_ids` (their first ids), at most
+    `count`, equal in rollouts held; `stops` (first + turns, per rollout) makes each range reach past
+    its last rollout's later turns, so no rollout is split between ranges."""
     if not len(sample_ids):
         return []
-    chunks = np.array_split(np.sort(sample_ids), min(count, len(sample_ids)))
-    return [(int(chunk[0]), int(chunk[-1]) + 1) for chunk in chunks]
+    order = np.argsort(sample_ids, kind="stable")
+    firsts = np.asarray(sample_ids)[order]
+    ends = firsts + 1 if stops is None else np.asarray(stops)[order]
+    chunks = np.array_split(np.arange(len(firsts)), min(count, len(firsts)))
+    return [(int(firsts[chunk[0]]), int(ends[chunk[-1]])) for chunk in chunks]
 
 
 class _Ranges:
@@ -75,8 +83,10 @@ def iter_rows(
         if not len(index.sample_ids):
             return
         has_row = index.ok
+        run_kwargs = run.read_run_file()["fields"].get("template_kwargs") or {}
 
         def keep(sample_id: int) -> bool:
+            """A rollout (by its first id) with a first turn to write; later turns need that one."""
             if wanted.past(sample_id):
                 return True  # parsed, and ends the pass (prompts are in sample_id order)
             position = index.position(sample_id)
@@ -88,18 +98,28 @@ def iter_rows(
                     break
                 if not keep(prompt.sample_id):
                     continue  # a line `iter_prompts` could not pre-check
-                result = read(index.position(prompt.sample_id))
-                kill_point("assemble.row")
-                yield make_row(
-                    sample_id=prompt.sample_id,
-                    source_id=prompt.source_id,
-                    prompt_ids=prompt.prompt_ids,
-                    output_ids=result["output_ids"],
-                    finish_reason=result["finish_reason"],
-                    messages_json=dumps_messages(prompt.messages),
-                    tools_json=dumps_tools(prompt.tools),
-                    markers=markers,
-                )
+                tools_json = dumps_tools(prompt.tools)
+                kwargs_json = dumps_kwargs(run_kwargs if prompt.template_kwargs is None else prompt.template_kwargs)
+                for turn in range(prompt.turns):
+                    position = index.position(prompt.sample_id + turn)
+                    if position < 0 or not has_row[position]:
+                        break  # turns are generated in order: none after a missing or failed one
+                    result = read(position)
+                    kill_point("assemble.row")
+                    yield make_row(
+                        sample_id=prompt.sample_id + turn,
+                        source_id=prompt.source_id,
+                        prompt_ids=result["prompt_ids"] if turn else prompt.prompt_ids,
+                        output_ids=result["output_ids"],
+                        finish_reason=result["finish_reason"],
+                        messages_json=dumps_messages(result["messages"] if turn else prompt.messages),
+                        tools_json=tools_json,
+                        markers=markers,
+                        conversation_id=prompt.conversation,
+                        turn=turn,
+                        sample_index=prompt.sample_index,
+                        template_kwargs_json=kwargs_json,
+                    )
 
 
 def iter_row_tables(
@@ -157,25 +177,28 @@ def check_run(run_dir: str, config: str) -> Coverage:
     if not run.prompts_ready:
         raise ConfigError(f"run directory {run_dir} has no prepared prompts yet; run generate (or build with --model) first")
     index = run.scan()
-    ids = run.prompt_ids()
-    positions = index.positions(ids)
-    found = positions[positions >= 0]
+    slots = run.prompt_slots()
+    states = rollout_states(slots, index, Shard(), retry_errors=False)
+    failed_positions = states.position[states.state == FAILED]
     failed: list[str] = []
     with index.reader(run.fs) as read:
-        for position in found[~index.ok[found]][:MAX_LISTED].tolist():
+        for position in failed_positions[:MAX_LISTED].tolist():
             result = read(position)
             failed.append(f"sample_id {result['sample_id']}: {result.get('error') or 'aborted by the engine'}")
+    unfinished = (states.state == FRESH) | (states.state == NEXT)
     return Coverage(
         config=config,
         run_dir=run_dir,
-        prompts=len(ids),
+        prompts=len(slots),
         rejected=sum(1 for _ in run.iter_rejects()),
         finish_reasons=index.finish_reasons(),
         failed=failed,
-        missing=ids[positions < 0],
+        missing=slots.first[unfinished],
+        missing_conversations=slots.conversation[unfinished],
         layouts=index.layouts(),
         duplicates=index.duplicates,
         torn=index.torn,
         corrupt=index.corrupt,
-        sample_ids=ids,
+        sample_ids=slots.first,
+        sample_id_stops=slots.first + slots.turns,
     )

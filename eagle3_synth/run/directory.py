@@ -36,7 +36,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields as dataclass_fields
+from dataclasses import dataclass, fields as dataclass_fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,6 +59,8 @@ RUN_FILE = "run.json"
 PROMPTS_FILE = "prompts.jsonl"
 REJECTS_FILE = "rejects.jsonl"
 _PROMPT_ID = re.compile(rb'\{"sample_id":\s*(\d+)')
+# The head of a rollout's line: its first sample id, conversation and turn count (`_prompt_record`).
+_PROMPT_SLOTS = re.compile(rb'\{"sample_id":(\d+),"conversation_id":(-?\d+),"turns":(\d+)')
 
 def run_dir_under(folder: str | Path, config: str) -> str:
     """The default run directory of `config` built into dataset folder `folder`: FOLDER/.runs/CONFIG."""
@@ -70,10 +72,27 @@ def run_dir_under(folder: str | Path, config: str) -> str:
 _PROMPT_FIELDS = tuple(field.name for field in dataclass_fields(PreparedPrompt))
 
 
-def _prompt_record(prompt: PreparedPrompt) -> dict[str, Any]:
-    """`asdict(prompt)` without the deep copy (same keys, same order, same values)."""
-    return {name: getattr(prompt, name) for name in _PROMPT_FIELDS}
+_PROMPT_HEAD = ("sample_id", "conversation_id", "turns")  # first, so `prompt_slots` reads them from the head
 
+
+def _prompt_record(prompt: PreparedPrompt) -> dict[str, Any]:
+    """`asdict(prompt)` without the deep copy (same keys and values; the head keys first)."""
+    record = {name: getattr(prompt, name) for name in _PROMPT_HEAD}
+    record.update((name, getattr(prompt, name)) for name in _PROMPT_FIELDS if name not in record)
+    return record
+
+
+
+@dataclass(frozen=True)
+class PromptSlots:
+    """The rollouts of prompts.jsonl as arrays: rollout r owns sample ids first[r] .. first[r] + turns[r] - 1."""
+
+    first: np.ndarray
+    conversation: np.ndarray
+    turns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.first)
 
 
 class RunDirectory:
@@ -204,6 +223,25 @@ class RunDirectory:
                 head = _PROMPT_ID.match(line)
                 ids.append(int(head.group(1)) if head else json.loads(line)["sample_id"])
         return np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, np.int64)
+
+    def prompt_slots(self) -> "PromptSlots":
+        """Every rollout's first sample id, conversation and turn count (int64 arrays), read from
+        the head of each line; a line written before rollouts is one turn of its own conversation."""
+        firsts, conversations, turns = array("q"), array("q"), array("q")
+        with self.fs.open(self._path(PROMPTS_FILE), "rb") as handle:
+            for line in handle:
+                head = _PROMPT_SLOTS.match(line)
+                if head is not None:
+                    first, conversation, count = (int(group) for group in head.groups())
+                else:
+                    record = json.loads(line)
+                    first, conversation, count = (record["sample_id"], record.get("conversation_id", -1),
+                                                  record.get("turns", 1))
+                firsts.append(first)
+                conversations.append(first if conversation < 0 else conversation)
+                turns.append(count)
+        return PromptSlots(*(np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+                             for a in (firsts, conversations, turns)))
 
     def iter_rejects(self) -> Iterator[dict[str, Any]]:
         if self.fs.exists(self._path(REJECTS_FILE)):

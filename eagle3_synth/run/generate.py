@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -22,10 +22,12 @@ import numpy as np
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
-from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
-from eagle3_synth.errors import EngineError
+from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
+from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
+from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
 from eagle3_synth.timestamps import utc_timestamp
+from eagle3_synth.run.conversations import DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, rollout_states, starting_turns
 from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
@@ -78,33 +80,29 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _pending(run: RunDirectory, index: JournalIndex, options: RunOptions, summary: RunSummary) -> set[int]:
-    """This shard's sample_ids still to generate; counts the rest into the summary."""
+def _rollouts_to_do(run: RunDirectory, index: JournalIndex, options: RunOptions, summary: RunSummary
+                    ) -> tuple[RolloutStates, set[int]]:
+    """Where this shard's rollouts stand, and the first sample ids of those with a turn to generate;
+    counts the rest into the summary."""
     shard = options.shard
-    ids = run.prompt_ids()
-    ids = ids[ids % shard.count == shard.index]
-    positions = index.positions(ids)
-    has_result = positions >= 0
-    failed = np.zeros(len(ids), dtype=bool)
-    failed[has_result] = ~index.ok[positions[has_result]]
-    skip = has_result & ~(failed & options.retry_errors)
-    summary.rejected = sum(1 for reject in run.iter_rejects() if shard.owns(reject["sample_id"]))
-    summary.prompts = len(ids) + summary.rejected
-    summary.already_done = int((skip & ~failed).sum())
-    summary.failed_before = int((skip & failed).sum())
-    return set(ids[~skip].tolist())
+    slots = run.prompt_slots()
+    states = rollout_states(slots, index, shard, options.retry_errors)
+    summary.rejected = sum(1 for reject in run.iter_rejects()
+                           if shard.owns(reject.get("conversation_id", reject["sample_id"])))
+    summary.prompts = len(states.state) + summary.rejected
+    summary.already_done = states.count(DONE)
+    summary.failed_before = states.count(FAILED)
+    todo = (states.state != DONE) & (states.state != FAILED)
+    return states, set(slots.first[states.rollout[todo]].tolist())
 
 
-def _requests(
-    run: RunDirectory, todo: set[int], deadline: float | None, summary: RunSummary
-) -> Iterator[GenerationRequest]:
-    """Requests for `todo`, read lazily from prompts.jsonl (never all prompt ids in memory);
-    past the deadline no new request is handed out, so the engine drains and the run stops."""
-    for prompt in run.iter_prompts(keep=todo.__contains__):
-        if deadline is not None and time.monotonic() >= deadline:
-            summary.stopped = "deadline"
-            return
-        yield GenerationRequest(prompt.sample_id, prompt.prompt_ids)
+def _rollout_reject(strict: bool) -> Callable[[dict[str, Any]], None]:
+    """What happens to a rollout its drawn template kwargs make unusable: logged, or fatal under --strict."""
+    def reject(record: dict[str, Any]) -> None:
+        if strict:
+            raise PromptError(f"{record['detail']} (--strict stops at the first rejected prompt)")
+        log.warning("skipping rollout (%s): %s", record["reason"], record["detail"])
+    return reject
 
 
 def _absolute(path: str | None) -> str | None:
@@ -204,28 +202,44 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
             preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=model.tokenizer,
                                       trust_remote_code=model.trust_remote_code,
                                       rejects_file=f"{options.run_dir}/{REJECTS_FILE}", too_long_reason=why)
-            run.write_prompts(iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=limit,
-                                                    preparation=preparation), rejects)
+            conversations = iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=limit,
+                                                  preparation=preparation, whole=spec.conversations.whole)
+            run.write_prompts(iter_rollouts(conversations, spec.conversations, ChatTokenizers(chat), rejects,
+                                            max_prompt_tokens=limit, too_long_reason=why,
+                                            reject=_rollout_reject(options.strict)), rejects)
         kill_point("prompts.ready")
 
         summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard),
                              max_new_tokens=spec.sampling.max_new_tokens)
-        todo = _pending(run, run.scan(run_fingerprint), options, summary)
+        index = run.scan(run_fingerprint)
+        states, todo = _rollouts_to_do(run, index, options, summary)
         if todo:
             engine = engine or create_engine(options.engine, engine_options(spec, options))
+            limit = prompt_limit(spec, engine)[0]
+            next_turns = NextTurns(ChatTokenizers(chat), markers, profile, limit)
             progress = Progress(summary, total=summary.prompts - summary.rejected,
                                 done=summary.already_done + summary.failed_before, engine=engine,
                                 stream=progress_stream)
-            requests = _requests(run, todo, deadline, summary)
+
+            def stop_at_deadline() -> None:
+                summary.stopped = "deadline"
+
             try:
-                with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal:
-                    for result in engine.generate(requests, _sampling_params(spec.sampling, markers)):
-                        if result.sample_id not in todo:
-                            raise EngineError(f"engine {options.engine} returned sample_id {result.sample_id}, "
-                                              "which was not asked for or was already returned")
-                        todo.discard(result.sample_id)
-                        journal.append(result)
-                        progress.update(result)
+                with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal, \
+                        index.reader(run.fs) as read:
+                    starts = starting_turns(run.iter_prompts(keep=todo.__contains__), states, read, next_turns)
+                    feed = TurnFeed(starts, deadline, stop_at_deadline)
+                    for result in engine.generate(feed, _sampling_params(spec.sampling, markers)):
+                        turn = feed.take(result.sample_id, options.engine)
+                        following = next_turns.after(turn, result.output_ids, result.finish_reason)
+                        continues = isinstance(following, Turn)
+                        journal.append(result, continues=continues, prompt=turn.journaled_prompt())
+                        if continues:
+                            feed.push(following)
+                        else:
+                            todo.discard(turn.rollout.sample_id)
+                            summary.endings[following] += 1
+                        progress.update(result, finished=not continues)
             except KeyboardInterrupt:
                 summary.stopped = "interrupted"
             finally:

@@ -38,29 +38,45 @@ JOURNAL_FORMAT = 1
 DEFAULT_ROLL_SECONDS = 600.0
 DEFAULT_ROLL_BYTES = 256 << 20
 
-# A result line starts with these two keys (see `encode_result`), so the index reads them without
+# A result line starts with these keys (see `encode_result`), so the index reads them without
 # parsing the thousands of output ids behind them.
-_RESULT_HEAD = re.compile(rb'\{"sample_id":(\d+),"finish_reason":"([a-z]+)"')
+_RESULT_HEAD = re.compile(rb'\{"sample_id":(\d+),"finish_reason":"([a-z]+)"(,"continues":true)?')
 _HEADER_PREFIX = b'{"journal":'
 _REASON_CODES = {reason.encode(): code for code, reason in enumerate(FINISH_REASONS)}
 _ABORT = FINISH_REASONS.index("abort")
 
-def encode_result(result: GenerationResult) -> bytes:
+def encode_result(result: GenerationResult, *, continues: bool = False, prompt: TurnPrompt | None = None) -> bytes:
     """One journal line; `sample_id` and `finish_reason` first, `output_ids` last (see the index).
+
+    A turn of an on-policy conversation (`run/conversations.py`) adds `"continues": true` to the
+    head when its rollout has a next turn, and, past the first turn, the prompt it was generated
+    from (`prompt_ids`, `messages`): later turns' prompts exist nowhere else.
 
     orjson writes the same bytes as `json.dumps(record, ensure_ascii=False, separators=(",", ":"))`
     for these types (ints, strings, null), about ten times faster: thousands of ids a line.
     """
-    record = {
-        "sample_id": result.sample_id,
-        "finish_reason": result.finish_reason,
+    record: dict[str, Any] = {"sample_id": result.sample_id, "finish_reason": result.finish_reason}
+    if continues:
+        record["continues"] = True
+    record.update({
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "cached_tokens": result.cached_tokens,
         "error": result.error,
-        "output_ids": result.output_ids,
-    }
+    })
+    if prompt is not None:
+        record["prompt_ids"] = prompt.prompt_ids
+        record["messages"] = prompt.messages
+    record["output_ids"] = result.output_ids
     return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+
+
+@dataclass(frozen=True)
+class TurnPrompt:
+    """The prompt of a turn past a rollout's first, journaled with its result."""
+
+    prompt_ids: list[int]
+    messages: list[dict[str, Any]]
 
 
 def new_session_id() -> str:
@@ -112,9 +128,9 @@ class JournalWriter:
         self._handle, self._opened, self._bytes = handle, self.clock(), 0
         return handle
 
-    def append(self, result: GenerationResult) -> None:
+    def append(self, result: GenerationResult, *, continues: bool = False, prompt: TurnPrompt | None = None) -> None:
         handle = self._handle or self._open_segment()
-        line = encode_result(result)
+        line = encode_result(result, continues=continues, prompt=prompt)
         kill_point("journal.before_write")
         half = len(line) // 2
         handle.write(line[:half])
@@ -168,6 +184,11 @@ class JournalIndex:
     duplicates: int = 0  # samples with more than one successful result (one is kept)
     torn: int = 0  # lines cut short by a crash (skipped; those samples are generated again)
     corrupt: int = 0  # complete lines that are not valid results (skipped, warned about)
+    continues: np.ndarray | None = None  # bool: the result's rollout has a next turn (None: none has)
+
+    def __post_init__(self) -> None:
+        if self.continues is None:
+            self.continues = np.zeros(len(self.sample_ids), dtype=bool)
 
     @property
     def ok(self) -> np.ndarray:
@@ -226,7 +247,7 @@ class JournalIndex:
 
 def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) -> JournalIndex:
     """Index every journal file; refuse files written for another fingerprint."""
-    ids, file_index, offsets, reasons = array("q"), array("i"), array("q"), array("b")
+    ids, file_index, offsets, reasons, continues = array("q"), array("i"), array("q"), array("b"), array("b")
     sessions: list[dict[str, Any]] = []
     foreign: list[str] = []
     torn = corrupt = 0
@@ -255,6 +276,7 @@ def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) ->
                         file_index.append(number)
                         offsets.append(offset)
                         reasons.append(code)
+                        continues.append(head.group(3) is not None)
                 offset += len(line)
     if foreign:
         raise ConfigError(
@@ -270,6 +292,7 @@ def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) ->
         file_index=_numpy(file_index, np.int32)[chosen],
         offsets=_numpy(offsets, np.int64)[chosen],
         reasons=reasons_a[chosen],
+        continues=_numpy(continues, np.int8)[chosen].astype(bool),
         sessions=sessions,
         duplicates=duplicates,
         torn=torn,

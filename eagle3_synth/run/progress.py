@@ -66,6 +66,8 @@ class RunSummary:
     # context or the KV budget (SGLang's scheduler does, silently): valid rows, counted apart.
     max_new_tokens: int | None = None
     short_lengths: int = 0
+    # On-policy conversations: why each rollout finished in this call (`prompts.turns.ENDINGS`).
+    endings: Counter = field(default_factory=Counter)
 
     def add(self, result: GenerationResult) -> None:
         self.generated += 1
@@ -89,6 +91,8 @@ class RunSummary:
             f"{format_duration(self.seconds)} in all",
             "  finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items())) or "none"),
         ]
+        if set(self.endings) - {"source_end"}:  # a conversation ended before its source did
+            lines.append("  conversations ended: " + ", ".join(f"{k}={v}" for k, v in sorted(self.endings.items())))
         if self.short_lengths:
             lines.append(f"  {self.short_lengths} samples ended by length before --max-new-tokens "
                          f"{self.max_new_tokens}: the engine lowered the cap to fit its context or KV budget")
@@ -157,9 +161,10 @@ class Progress:
             parts.append(f"errors {len(s.errors)}")
         return " | ".join(parts)
 
-    def update(self, result: GenerationResult) -> None:
+    def update(self, result: GenerationResult, *, finished: bool = True) -> None:
+        """Count a result; `finished`: it ends its rollout (a conversation's earlier turns do not)."""
         self.summary.add(result)
-        self.done += 1
+        self.done += finished
         now = self.clock()
         if now - self._last >= self.every or self.done == self.total:
             self._last = now
@@ -195,8 +200,11 @@ class Coverage:
     duplicates: int = 0
     torn: int = 0
     corrupt: int = 0
-    # sample_ids of the prepared prompts (what assembly splits into ranges)
+    # sample_ids of the prepared prompts (each rollout's first; what assembly splits into ranges),
+    # where each rollout's ids stop (first + turns), and the conversations of the `missing` rollouts
     sample_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sample_id_stops: np.ndarray | None = None
+    missing_conversations: np.ndarray | None = None
 
     @property
     def complete(self) -> bool:
@@ -234,11 +242,12 @@ class Coverage:
             body = [f"nothing has been generated there; run `{command} ...` (or build with --model)"]
         else:
             shards = max(self.layouts)
-            owners, counts = np.unique(self.missing % shards, return_counts=True)
+            conversations = self.missing if self.missing_conversations is None else self.missing_conversations
+            owners, counts = np.unique(conversations % shards, return_counts=True)
             body = []
             for index, n in list(zip(owners.tolist(), counts.tolist()))[:MAX_LISTED]:
                 state = "started, not finished" if index in self.layouts[shards] else "never started"
-                example = ", ".join(str(i) for i in self.missing[self.missing % shards == index][:3].tolist())
+                example = ", ".join(str(i) for i in self.missing[conversations % shards == index][:3].tolist())
                 what = "all samples" if shards == 1 else f"shard {index} of {shards}"
                 body.append(f"{what} ({state}): {n} missing, e.g. sample_id {example}")
             if len(owners) > MAX_LISTED:

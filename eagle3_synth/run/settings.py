@@ -27,6 +27,7 @@ from eagle3_synth.prompts.configs import get_config, load_config_file, sample_pr
 from eagle3_synth.prompts.prepare import model_context_length
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
+from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix
 from eagle3_synth.run.shards import Shard
 from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec
 
@@ -82,6 +83,13 @@ class GenerationSettings:
     max_context: int | None = ModelSpec.context_length
     # Stop at the first rejected prompt instead of skipping it.
     strict: bool = RunOptions.strict
+    # -- conversations (prompts/turns.py) --
+    # "last" or "all" assistant turns written by the target; None = the config's own `turns`.
+    turns: str | None = None
+    # Rollouts per source conversation (each its own sampling seeds).
+    samples_per_prompt: int = ConversationPlan.samples_per_prompt
+    # Template kwargs drawn per rollout: "thinking=true:0.7,thinking=false:0.3", or ((kwargs, weight), ...).
+    template_kwarg_mix: str | tuple = ConversationPlan.template_kwarg_mix
     # -- sampling --
     # Cap on output tokens; None = the config's own (SGLang's default, 128, is never used).
     max_new_tokens: int | None = None
@@ -143,6 +151,8 @@ class GenerationSettings:
         if self.max_hours is not None and not self.max_hours > 0:
             raise ConfigError(f"--max-hours must be > 0, got {self.max_hours}")
         check_sampling(1 if self.max_new_tokens is None else self.max_new_tokens, self.temperature, self.top_p)
+        self.template_kwarg_mix = check_kwarg_mix(self.template_kwarg_mix, "--template-kwarg-mix")
+        ConversationPlan(turns=self.turns or "last", samples_per_prompt=self.samples_per_prompt)
         Shard(index=self.shard_index, count=self.num_shards)
 
     @property
@@ -195,6 +205,8 @@ class GenerationSettings:
             sampling=SamplingSpec(
                 max_new_tokens=config.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
                 temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed),
+            conversations=ConversationPlan(turns=self.turns or config.turns, samples_per_prompt=self.samples_per_prompt,
+                                           template_kwarg_mix=self.template_kwarg_mix, mix_seed=self.selection_seed),
         )
 
     def run_options(self, run_dir: str | None = None) -> RunOptions:

@@ -9,7 +9,9 @@ from eagle3_synth.errors import ConfigError
 
 @dataclass(frozen=True)
 class Shard:
-    """Which samples one process generates: those with `sample_id % count == index`.
+    """Which samples one process generates: those of conversations with `conversation_id % count ==
+    index` (a conversation's turns and rollouts never split between shards; with one turn and one
+    sample per prompt, conversation_id is the sample_id).
 
     Round-robin rather than contiguous ranges, so every shard gets the same mix of short and long
     prompts (sources are often ordered) and the shards finish together. Any number of shards may
@@ -25,8 +27,8 @@ class Shard:
         if not 0 <= self.index < self.count:
             raise ConfigError(f"--shard-index must be in 0..{self.count - 1} for --num-shards {self.count}, got {self.index}")
 
-    def owns(self, sample_id: int) -> bool:
-        return sample_id % self.count == self.index
+    def owns(self, conversation_id: int) -> bool:
+        return conversation_id % self.count == self.index
 
     def __str__(self) -> str:
         return "all samples" if self.count == 1 else f"shard {self.index} of {self.count}"

@@ -23,6 +23,7 @@ from eagle3_synth.prompts.configs import DEFAULT_MAX_NEW_TOKENS
 from eagle3_synth.prompts.hygiene import HYGIENE_VERSION
 from eagle3_synth.prompts.prepare import max_prompt_tokens
 from eagle3_synth.prompts.selection import PromptPlan
+from eagle3_synth.prompts.turns import ConversationPlan
 from eagle3_synth.run.shards import Shard
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -113,6 +114,8 @@ class RunSpec:
     prompts: PromptPlan = field(metadata=identity(PromptPlan.identity))
     model: ModelSpec
     sampling: SamplingSpec = SamplingSpec()
+    # Which turns the target writes, rollouts per conversation, template-kwarg mixture.
+    conversations: ConversationPlan = ConversationPlan()
 
     @property
     def config(self):  # noqa: ANN201 - ConfigSpec

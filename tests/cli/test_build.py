@@ -69,7 +69,8 @@ def test_second_config_keeps_the_first(tmp_path, kimi_tokenizer):
         assert main(["build", config, "--model", str(KIMI_TOKENIZER), "--engine", "replay",
                      "--replay", str(tmp_path / "replay.jsonl"), "--out", str(out)]) == 0
     assert len(load_dataset(str(out), "B1_glaive", split="train")) == 6
-    assert len(load_dataset(str(out), "B3_ultrachat", split="train")) == 2
+    # B3's two sample conversations, every turn (the first has two): three rows
+    assert len(load_dataset(str(out), "B3_ultrachat", split="train")) == 3
     readme = (out / "README.md").read_text()
     assert "config_name: B1_glaive" in readme and "config_name: B3_ultrachat" in readme
 

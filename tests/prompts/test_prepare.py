@@ -183,7 +183,9 @@ EXPECTED_REJECTS = {
 
 
 def build(config: str, out: Path, replay: Path, *extra: str) -> int:
-    args = ["build", config, "--model", str(KIMI_TOKENIZER), "--engine", "replay", "--replay", str(replay),
+    # One turn per conversation: these tests are about the adapters' prompts (tests/run/test_conversations.py
+    # has whole conversations).
+    args = ["build", config, "--turns", "last", "--model", str(KIMI_TOKENIZER), "--engine", "replay", "--replay", str(replay),
             "--out", str(out), *extra]
     for path in fixture_files(config):
         args += ["--source-file", path]

@@ -97,7 +97,11 @@ def test_prompts_file_lines_are_what_asdict_gave(tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.claim({"config": "x"})
     run.write_prompts(prompts, [])
-    expected = "".join(json.dumps(asdict(p), ensure_ascii=False, separators=(",", ":")) + "\n" for p in prompts)
+    def record(prompt):  # asdict's keys and values, the head keys (read by prompt_slots) first
+        fields = asdict(prompt)
+        return {**{k: fields[k] for k in ("sample_id", "conversation_id", "turns")}, **fields}
+
+    expected = "".join(json.dumps(record(p), ensure_ascii=False, separators=(",", ":")) + "\n" for p in prompts)
     assert (tmp_path / "run" / "prompts.jsonl").read_text(encoding="utf-8") == expected
     assert list(run.iter_prompts()) == prompts
 

@@ -93,6 +93,10 @@ def variants(files) -> dict[str, tuple[str, object]]:
         "sampling.top_p": ("file", 0.9),
         "sampling.top_k": ("file", 20),
         "sampling.seed": ("file", 1),
+        "conversations.turns": ("file", "all"),
+        "conversations.samples_per_prompt": ("file", 3),
+        "conversations.template_kwarg_mix": ("file", (({"thinking": True}, 0.5), ({"thinking": False}, 0.5))),
+        "conversations.mix_seed": ("file", 5),
     }
 
 

@@ -58,6 +58,11 @@ class InFlightWindow:
                     item = next(iterator, _END)
                     if item is _END:
                         exhausted = True
+                    elif item is None:  # nothing ready until a result is handed on (engines/base.py)
+                        if not self._pending:
+                            raise RuntimeError("the request iterator yielded None with nothing in flight: "
+                                               "no result can come back to unblock it")
+                        break
                     else:
                         self._pending.add(self.loop.create_task(start(item)))
                 if not self._pending:

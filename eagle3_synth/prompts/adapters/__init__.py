@@ -1,8 +1,9 @@
 """Source adapters: one record of a public dataset -> the Conversation a chat template renders.
 
-One module per source *format*, each a pure function `convert(record) -> Conversation` that keeps
-the conversation up to its last user turn (the dataset's own final answer is dropped: the target
-model writes a new one) and raises `PromptError` naming what it cannot parse. Adapters are chosen
+One module per source *format*, each a pure function `convert(record, whole=False) -> Conversation`
+that keeps the conversation up to its last user turn (the dataset's own final answer is dropped: the
+target model writes a new one), or with `whole` all of it (on-policy conversations replace every
+assistant turn, `prompts/turns.py`), and raises `PromptError` naming what it cannot parse. Adapters are chosen
 by name from `ADAPTERS` (the `adapter` field of a config); readers of whole sources are in
 `eagle3_synth.sources.readers`.
 
@@ -33,13 +34,14 @@ class Adapter:
     version: int
     summary: str
     id_fields: tuple[str, ...]
-    _convert: Callable[[Mapping[str, Any]], Conversation]
+    _convert: Callable[..., Conversation]
 
-    def convert(self, record: Any) -> Conversation:
-        """The record's conversation; PromptError if it is not an object or cannot be parsed."""
+    def convert(self, record: Any, *, whole: bool = False) -> Conversation:
+        """The record's conversation (`whole`: with the turns after its last user turn); PromptError
+        if it is not an object or cannot be parsed."""
         if not isinstance(record, Mapping):
             raise PromptError(f"record is a {type(record).__name__}, not an object")
-        return self._convert(record)
+        return self._convert(record, whole=whole)
 
     def source_id(self, record: Any) -> str:
         """The record's id in its dataset, read even when conversion fails (for the rejects file)."""

@@ -119,7 +119,7 @@ def parse_call(text: str) -> tuple[str, Any]:
     return call["name"], call.get("arguments", call.get("parameters"))
 
 
-def convert(record: Mapping[str, Any]) -> Conversation:
+def convert(record: Mapping[str, Any], *, whole: bool = False) -> Conversation:
     """A glaive record's conversation up to its last USER turn; tools from its `system`."""
     system, chat = record.get("system"), record.get("chat")
     if not isinstance(chat, str):
@@ -129,7 +129,7 @@ def convert(record: Mapping[str, Any]) -> Conversation:
     prompt, tools = parse_system(system or "")
     ids = ToolCallIds()
     messages: list[dict[str, Any]] = [{"role": "system", "content": prompt}] if prompt else []
-    for role, text in prompt_turns(split_chat(chat)):
+    for role, text in prompt_turns(split_chat(chat), whole=whole):
         if role == "user":
             messages.append({"role": "user", "content": text})
         elif role == "tool":

@@ -142,14 +142,14 @@ def parse_responses(text: str, ids: ToolCallIds) -> list[dict[str, Any]]:
     return results
 
 
-def convert(record: Mapping[str, Any]) -> Conversation:
+def convert(record: Mapping[str, Any], *, whole: bool = False) -> Conversation:
     """A Hermes record's conversation up to its last human turn, with its tools."""
     turns = sharegpt_turns(record, {**ROLES, "tool": "tool"})
     system = next((text for role, text in turns if role == "system"), "")
     tools = parse_tools(record, system)
     ids = ToolCallIds()
     messages: list[dict[str, Any]] = []
-    for role, text in prompt_turns(turns):
+    for role, text in prompt_turns(turns, whole=whole):
         if role == "system":
             content = clean_system(text) if tools else text
             if content:

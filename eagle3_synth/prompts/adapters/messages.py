@@ -39,7 +39,7 @@ ID_FIELDS: tuple[str, ...] = ("prompt_id", "id")
 ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
 
 
-def convert(record: Mapping[str, Any]) -> Conversation:
+def convert(record: Mapping[str, Any], *, whole: bool = False) -> Conversation:
     """A `messages` record's conversation up to its last user turn."""
-    messages = text_messages(role_turns(record, "messages", "role", "content", ROLES))
+    messages = text_messages(role_turns(record, "messages", "role", "content", ROLES), whole=whole)
     return Conversation(messages=messages, source_id=record_id(record, *ID_FIELDS))

@@ -32,8 +32,8 @@ ID_FIELDS: tuple[str, ...] = ("id",)
 PLACEHOLDER = "-"
 
 
-def convert(record: Mapping[str, Any]) -> Conversation:
-    """The problem statement as the single user turn."""
+def convert(record: Mapping[str, Any], *, whole: bool = False) -> Conversation:  # noqa: ARG001 - one turn
+    """The problem statement as the single user turn (`whole` changes nothing: there is no other)."""
     question = record.get("input")
     if question is not None and not isinstance(question, str):
         raise PromptError("field 'input' is not a string")

@@ -35,7 +35,7 @@ VERSION = 1
 ID_FIELDS: tuple[str, ...] = ()
 
 
-def convert(record: Mapping[str, Any]) -> Conversation:
+def convert(record: Mapping[str, Any], *, whole: bool = False) -> Conversation:
     """An OpenThoughts record's system prompt and conversation up to its last user turn."""
     system = record.get("system")
     if system is not None and not isinstance(system, str):
@@ -43,5 +43,5 @@ def convert(record: Mapping[str, Any]) -> Conversation:
     turns = sharegpt_turns(record)
     if not is_blank(system):
         turns.insert(0, ("system", system))
-    messages = text_messages(turns)
+    messages = text_messages(turns, whole=whole)
     return Conversation(messages=messages)

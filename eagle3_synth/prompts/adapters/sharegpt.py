@@ -48,8 +48,8 @@ def sharegpt_turns(record: Mapping[str, Any], roles: Mapping[str, str] = ROLES) 
     return role_turns(record, "conversations", "from", "value", roles)
 
 
-def convert(record: Mapping[str, Any]) -> Conversation:
+def convert(record: Mapping[str, Any], *, whole: bool = False) -> Conversation:
     """A ShareGPT/Magpie record's conversation up to its last human turn."""
     turns = sharegpt_turns(record)
-    messages = text_messages(turns)
+    messages = text_messages(turns, whole=whole)
     return Conversation(messages=messages, source_id=record_id(record, *ID_FIELDS))

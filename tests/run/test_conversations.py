@@ -1,0 +1,213 @@
+"""On-policy conversations through the tiny model: every turn written by the target, on its own history.
+
+Real components throughout: the tiny Kimi-style model generating with transformers, its fixture
+tokenizer and chat template, the journal, the builder, Parquet. Greedy decoding, so a second
+run (or a resumed one) gives the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from eagle3_synth.cli import main
+from eagle3_synth.contract.profiles import get_profile
+from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.forms import MessageForm
+from eagle3_synth.prompts.history import history_message
+from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.run.directory import RunDirectory
+
+from ..conftest import TINY_MODEL
+from ..support.cli_processes import KILLED, config_rows, run_cli_process
+
+CONFIG = "B2_hermes_fc"
+WEATHER = {"type": "function", "function": {
+    "name": "get_current_weather", "description": "Get the current weather in a location",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}, "unit": {"type": "string"}},
+                   "required": ["location"]}}}
+FORECAST = {"type": "function", "function": {
+    "name": "lookup_forecast", "description": "Weather forecast of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+SYSTEM = {"role": "system", "content": "You are a function calling AI model. You may call one or more functions."}
+WEATHER_RESULT = '{"temperature": 18, "unit": "celsius", "description": "light rain"}'
+# 0: the target calls get_current_weather, as the source did: the source's result is appended and
+#    the turn after it is generated, then the next user turn's answer.
+LOOP = {"id": "loop", "tools": [WEATHER], "messages": [
+    SYSTEM, {"role": "user", "content": "What is the weather like in Paris right now?"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "functions.get_current_weather:0", "type": "function",
+     "function": {"name": "get_current_weather", "arguments": {"location": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "functions.get_current_weather:0", "name": "get_current_weather",
+     "content": WEATHER_RESULT},
+    {"role": "assistant", "content": "It is 18 C with light rain in Paris."},
+    {"role": "user", "content": "Thanks! Should I take an umbrella?"}]}
+# 1: the source called a function the target does not call (it calls get_current_weather for
+#    weather, the only weather function it was trained on).
+OTHER = {"id": "other", "tools": [FORECAST, WEATHER], "messages": [
+    SYSTEM, {"role": "user", "content": "I am flying to Tokyo. How warm is it there?"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "functions.lookup_forecast:0", "type": "function",
+     "function": {"name": "lookup_forecast", "arguments": {"city": "Tokyo"}}}]},
+    {"role": "tool", "tool_call_id": "functions.lookup_forecast:0", "name": "lookup_forecast",
+     "content": '{"high": 24}'},
+    {"role": "assistant", "content": "It will be 24 C in Tokyo."}]}
+# 2: plain chat, two user turns.
+CHAT = {"id": "chat", "messages": [
+    {"role": "user", "content": "Write a short story about a lighthouse keeper."},
+    {"role": "assistant", "content": "The keeper climbed the stairs every evening..."},
+    {"role": "user", "content": "Make the ending happier."}]}
+
+
+def write(path: Path, *conversations: dict) -> Path:
+    path.write_text("".join(json.dumps(c) + "\n" for c in conversations), encoding="utf-8")
+    return path
+
+
+def build(out: Path, prompts: Path, *extra: str, max_new_tokens: int = 128) -> list[dict]:
+    assert main(["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", str(prompts), "--turns", "all",
+                 "--max-new-tokens", str(max_new_tokens), "--temperature", "0", "--out", str(out), *extra]) == 0
+    return sorted(config_rows(out, CONFIG), key=lambda row: row["sample_id"])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TINY_MODEL)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("conversations")
+    out = root / "ds"
+    return out, build(out, write(root / "prompts.jsonl", LOOP, OTHER, CHAT))
+
+
+def by_conversation(rows: list[dict]) -> dict[int, list[dict]]:
+    grouped: dict[int, list[dict]] = {}
+    for row in rows:
+        grouped.setdefault(row["conversation_id"], []).append(row)
+    return grouped
+
+
+def chat_of(out: Path, tokenizer, kwargs: dict) -> ChatTokenizer:
+    fields = RunDirectory(out / ".runs" / CONFIG).read_run_file()["fields"]
+    return ChatTokenizer(tokenizer, kwargs, form=MessageForm.from_json(fields["template"]["message_form"]),
+                         template_date=fields["template"]["date"])
+
+
+def test_every_turn_is_generated_on_the_history_the_target_wrote(built, tokenizer):
+    out, rows = built
+    conversations = by_conversation(rows)
+    assert {c: [r["turn"] for r in turns] for c, turns in conversations.items()} == {0: [0, 1, 2], 1: [0], 2: [0, 1]}
+    assert [r["sample_id"] for r in rows] == [0, 1, 2, 3, 5, 6]  # each conversation owns one id per point
+    markers = RunDirectory(out / ".runs" / CONFIG).markers()
+    profile = get_profile("kimi_k2", tokenizer)
+    for turns in conversations.values():
+        for previous, row in zip(turns, turns[1:]):
+            history = json.loads(previous["messages"])
+            messages = json.loads(row["messages"])
+            tools = json.loads(row["tools"]) if row["tools"] else None
+            # Turn k's history is turn k-1's, then turn k-1's output as the parsers return it.
+            assert messages[: len(history)] == history
+            assert messages[len(history)] == history_message(previous["output_ids"], previous, tokenizer, markers,
+                                                             profile, tools=tools,
+                                                             first_call_index=sum(len(m.get("tool_calls") or ())
+                                                                                  for m in history))
+    for row in rows:  # every prompt is the template over its history, exactly the ids sent
+        tools = json.loads(row["tools"]) if row["tools"] else None
+        chat = chat_of(out, tokenizer, json.loads(row["template_kwargs"]))
+        assert chat.prompt_ids(Conversation(json.loads(row["messages"]), tools)) == row["prompt_ids"]
+
+
+def test_a_tool_loop_continues_with_the_source_result(built, tokenizer):
+    _, rows = built
+    first, after_result, answer = by_conversation(rows)[0]
+    assert first["tool_calls"] and "get_current_weather" in tokenizer.decode(first["output_ids"])
+    messages = json.loads(after_result["messages"])
+    generated_call = messages[-2]["tool_calls"][0]
+    assert messages[-1] == {"role": "tool", "tool_call_id": generated_call["id"], "name": "get_current_weather",
+                            "content": WEATHER_RESULT}
+    assert generated_call["id"] == "functions.get_current_weather:0"  # Kimi's own id, as the model wrote it
+    # ... and the user turn after the source's answer is answered on the target's answer.
+    assert json.loads(answer["messages"])[-1] == LOOP["messages"][-1]
+    assert json.loads(answer["messages"])[-2]["content"] != LOOP["messages"][-2]["content"]
+
+
+def test_a_call_to_another_function_ends_the_conversation(built, tokenizer):
+    _, rows = built
+    (only,) = by_conversation(rows)[1]
+    assert only["turn"] == 0 and only["finish_reason"] == "stop" and only["tool_calls"]
+    text = tokenizer.decode(only["output_ids"])
+    assert "functions.get_current_weather:0" in text and "lookup_forecast" not in text
+
+
+def test_a_cut_off_turn_is_kept_and_ends_its_conversation(tmp_path):
+    rows = build(tmp_path / "ds", write(tmp_path / "p.jsonl", LOOP), max_new_tokens=8)
+    assert [(r["turn"], r["finish_reason"], len(r["output_ids"])) for r in rows] == [(0, "length", 8)]
+
+
+def test_samples_per_prompt_and_a_kwarg_mix_expand_each_conversation(tmp_path, tokenizer):
+    prompts = write(tmp_path / "p.jsonl", CHAT, LOOP)
+    mix = ["--samples-per-prompt", "3", "--template-kwarg-mix", "thinking=true:0.5,thinking=false:0.5"]
+    rows = build(tmp_path / "a", prompts, *mix, "--selection-seed", "1")
+    assert len({r["sample_id"] for r in rows}) == len(rows)
+    assert Counter((r["conversation_id"], r["sample_index"]) for r in rows if r["turn"] == 0) == {
+        (c, s): 1 for c in (0, 1) for s in range(3)}
+    kwargs = {(r["conversation_id"], r["sample_index"]): r["template_kwargs"] for r in rows}
+    assert set(kwargs.values()) == {'{"thinking": true}', '{"thinking": false}'}
+    for row in rows:  # each rollout's turns share its kwargs, and its prompt was rendered with them
+        assert row["template_kwargs"] == kwargs[row["conversation_id"], row["sample_index"]]
+        tools = json.loads(row["tools"]) if row["tools"] else None
+        chat = chat_of(tmp_path / "a", tokenizer, json.loads(row["template_kwargs"]))
+        assert chat.prompt_ids(Conversation(json.loads(row["messages"]), tools)) == row["prompt_ids"]
+    # The draw is reproduced from its seed, and moves with it.
+    again = build(tmp_path / "b", prompts, *mix, "--selection-seed", "1")
+    assert [(r["sample_id"], r["template_kwargs"], r["prompt_ids"]) for r in again] == \
+        [(r["sample_id"], r["template_kwargs"], r["prompt_ids"]) for r in rows]
+    other = build(tmp_path / "c", prompts, *mix, "--selection-seed", "2")
+    assert [r["template_kwargs"] for r in other if r["turn"] == 0] != [r["template_kwargs"] for r in rows
+                                                                       if r["turn"] == 0]
+
+
+def test_shards_split_by_conversation(tmp_path):
+    prompts = write(tmp_path / "p.jsonl", LOOP, CHAT, OTHER, CHAT | {"id": "chat-2"})
+    run_dir = tmp_path / "run"
+    common = [CONFIG, "--model", str(TINY_MODEL), "--prompts", str(prompts), "--turns", "all", "--max-new-tokens",
+              "128", "--temperature", "0", "--run-dir", str(run_dir), "--num-shards", "2"]
+    for shard in ("0", "1"):
+        assert main(["generate", *common, "--shard-index", shard]) == 0
+    owners: dict[int, set[int]] = {}
+    for path in sorted((run_dir / "journal").glob("*.jsonl")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        shard = json.loads(lines[0])["shard_index"]
+        for line in lines[1:]:
+            owners.setdefault(json.loads(line)["sample_id"], set()).add(shard)
+    # Sample ids: conversation 0 owns 0-2, 1 owns 3-4, 2 owns 5, 3 owns 6-7.
+    conversation_of = {0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 2, 6: 3, 7: 3}
+    assert owners and all(shards == {conversation_of[s] % 2} for s, shards in owners.items())
+    assert {0, 1, 2, 3, 4} <= set(owners)  # conversations 0 and 1 ran every turn in their own shard
+
+
+@pytest.mark.parametrize("kill_at", ["journal.after_write:1", "journal.mid_write:2", "journal.before_write:3",
+                                     "journal.after_write:4"])
+def test_killed_mid_conversation_resumes_to_the_same_rows(tmp_path, built, kill_at):
+    _, reference = built
+    prompts = write(tmp_path / "p.jsonl", LOOP, OTHER, CHAT)
+    argv = ["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", str(prompts), "--turns", "all",
+            "--max-new-tokens", "128", "--temperature", "0", "--out", str(tmp_path / "ds")]
+    assert run_cli_process(argv, kill_at=kill_at) == KILLED
+    assert main(argv) == 0
+    rows = sorted(config_rows(tmp_path / "ds", CONFIG), key=lambda row: row["sample_id"])
+    assert rows == reference
+
+
+def test_turns_last_generates_the_final_answer_only(tmp_path):
+    """`--turns last` keeps one row per conversation, its history the source's own, sample_id == conversation_id."""
+    prompts = write(tmp_path / "p.jsonl", LOOP, CHAT)
+    assert main(["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", str(prompts), "--turns", "last",
+                 "--max-new-tokens", "16", "--temperature", "0", "--out", str(tmp_path / "ds")]) == 0
+    rows = sorted(config_rows(tmp_path / "ds", CONFIG), key=lambda row: row["sample_id"])
+    assert [(r["sample_id"], r["conversation_id"], r["turn"]) for r in rows] == [(0, 0, 0), (1, 1, 0)]
+    assert json.loads(rows[0]["messages"]) == LOOP["messages"]
