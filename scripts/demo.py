@@ -2,7 +2,9 @@
 
 Builds config B1_glaive from the bundled sample prompts with the bundled tiny model, writes a
 Hub-layout folder (demo_out/), loads it back with `datasets.load_dataset(folder, "B1_glaive")` and
-prints one decoded sample with its boundaries marked.
+prints one decoded sample with its boundaries marked. Then builds B2_hermes_fc, whose default is
+`--turns all`, and shows one on-policy conversation turn by turn: the target calls a tool, the
+source's result for that function is appended, and the target writes the turns after it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from eagle3_synth.cli import main as cli
-    from eagle3_synth.tools.render import render_row
+    from eagle3_synth.tools.render import render_conversation, render_row
 
     argv = ["build", "B1_glaive", "--model", str(MODEL), "--out", str(OUT),
             "--max-new-tokens", "256", "--temperature", "0.8", "--seed", "0"]
@@ -40,6 +42,18 @@ def main() -> int:
     index = next((i for i, calls in enumerate(dataset["tool_calls"]) if calls), 0)
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     print("\n" + render_row(dataset[index], tokenizer, colour=sys.stdout.isatty()))
+
+    argv = ["build", "B2_hermes_fc", "--model", str(MODEL), "--out", str(OUT), "--max-new-tokens", "256",
+            "--temperature", "0"]
+    print("\n$ eagle3-synth " + " ".join(argv), flush=True)
+    if cli(argv) != 0:
+        return 1
+    rows = load_dataset(str(OUT), "B2_hermes_fc", split="train").to_list()
+    # The conversation with the most turns: a tool loop, when the target called the source's function.
+    longest = max({r["conversation_id"] for r in rows}, key=lambda c: sum(r["conversation_id"] == c for r in rows))
+    turns = [r for r in rows if r["conversation_id"] == longest and r["sample_index"] == 0]
+    print(f"\nconversation {longest}, turn by turn (eagle3-synth inspect {OUT} B2_hermes_fc --conversation {longest}):")
+    print(render_conversation(turns, tokenizer, colour=sys.stdout.isatty()))
     return 0
 
 

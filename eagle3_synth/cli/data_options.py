@@ -54,7 +54,11 @@ class TokenizerCache:
         return tokenizer, data_markers(tokenizer, provenance, self.args.profile)
 
 
+def kwarg_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The --template-kwarg values given (over what the data records)."""
+    return dict(parse_key_value(item, "--template-kwarg") for item in getattr(args, "template_kwarg", []) or [])
+
+
 def template_kwargs(args: argparse.Namespace, provenance: Provenance) -> dict[str, Any]:
     """The recorded template kwargs, overridden by any --template-kwarg."""
-    given = dict(parse_key_value(item, "--template-kwarg") for item in getattr(args, "template_kwarg", []) or [])
-    return {**provenance.template_kwargs, **given}
+    return {**provenance.template_kwargs, **kwarg_overrides(args)}

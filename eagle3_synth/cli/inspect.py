@@ -1,7 +1,9 @@
 """`eagle3-synth inspect DIR CONFIG`: decode samples with their boundaries marked.
 
 Pick samples with `--sample ID...`, `--random K`, `--shortest K`, `--longest K` and/or
-`--where 'think_end == -1'` (which alone shows the first `--first K` matches). Regions are coloured
+`--where 'think_end == -1'` (which alone shows the first `--first K` matches), or whole
+conversations turn by turn with `--conversation ID...` (every rollout of each, `--sample-index`
+for one). Regions are coloured
 on a terminal and tagged `[reasoning 0:41]...[/reasoning]` everywhere, so output can be grepped.
 """
 
@@ -11,7 +13,7 @@ import argparse
 import os
 import sys
 
-from eagle3_synth.tools.render import render_row
+from eagle3_synth.tools.render import render_conversation, render_row
 from eagle3_synth.tools.where import parse_where, select_samples
 from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
 
@@ -32,6 +34,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="only rows matching, e.g. 'think_end == -1', 'len(tool_calls) > 1 and finish_reason == \"stop\"'")
     pick.add_argument("--first", type=int, metavar="K", help=f"the first K samples (default with --where alone: {DEFAULT_FIRST})")
     pick.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
+    pick.add_argument("--conversation", type=int, nargs="+", default=[], metavar="ID",
+                      help="whole conversations (conversation_id), turn by turn: each turn's new source messages "
+                      "and its output")
+    pick.add_argument("--sample-index", type=int, metavar="S", help="--conversation: only this rollout of each")
     show = parser.add_argument_group("display")
     show.add_argument("--ids", action="store_true", help="show each token's id beside its text")
     show.add_argument("--no-messages", action="store_true", help="do not print the prompt messages")
@@ -41,8 +47,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def show_conversations(args: argparse.Namespace, source, config: str) -> int:  # noqa: ANN001 - a RowSource
+    """`--conversation`: every turn of each rollout asked for, in order."""
+    table = source.table(config, ["sample_id", "conversation_id", "sample_index"])
+    keys = list(zip(*(table.column(name).to_pylist() for name in ("sample_id", "conversation_id", "sample_index"))))
+    wanted = [(sample_id, (conversation, index)) for sample_id, conversation, index in keys
+              if conversation in args.conversation and args.sample_index in (None, index)]
+    print(f"{config} in {source.location} ({source.kind}): conversations {', '.join(map(str, args.conversation))}, "
+          f"{len(wanted)} turns")
+    if not wanted:
+        return 1
+    tokenizer, _ = TokenizerCache(args).get(source.provenance(config))
+    colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    rollouts: dict[tuple[int, int], list[dict]] = {}
+    for row in source.rows_by_id(config, [sample_id for sample_id, _ in wanted]):
+        rollouts.setdefault((row["conversation_id"], row["sample_index"]), []).append(row)
+    for key in sorted(rollouts):
+        print()
+        print(render_conversation(rollouts[key], tokenizer, colour=colour, show_ids=args.ids))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     source, config = open_config(args)
+    if args.conversation:
+        return show_conversations(args, source, config)
     where = parse_where(args.where) if args.where else None
     picks = (args.random, args.shortest, args.longest, args.first)
     first = args.first if args.first else (DEFAULT_FIRST if where and not any(picks) else None)

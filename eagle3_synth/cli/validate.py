@@ -18,7 +18,7 @@ from eagle3_synth.dataset.stores import data_profile, resolve_configs
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.tools.validate import RowValidator, validate_batches
 from eagle3_synth.cli.data_options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
-                          template_kwargs)
+                          kwarg_overrides, template_kwargs)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         validator = RowValidator(tokenizer, markers, template_kwargs(args, provenance),
                                  form=MessageForm.from_json(provenance.message_form) if provenance.message_form else None,
                                  profile=data_profile(tokenizer, provenance, args.profile),
-                                 template_date=args.template_date or provenance.template_date)
+                                 template_date=args.template_date or provenance.template_date,
+                                 kwarg_overrides=kwarg_overrides(args))
         report = validate_batches(source.iter_batches(config), validator, config, workers=args.workers)
         reports.append(report)
         for line in report.lines():

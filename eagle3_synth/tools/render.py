@@ -60,10 +60,18 @@ def _decode(tokenizer: Any, ids: list[int], show_ids: bool) -> str:
     return "".join(f"{decode_ids(tokenizer, [i])}⟨{i}⟩" for i in ids)
 
 
-def header(row: dict[str, Any]) -> str:
+def header(row: dict[str, Any], *, in_conversation: bool = False) -> str:
+    """One line of the row's columns; its place in a conversation when it has one past one turn."""
     calls = len(row["tool_calls"])
+    turn = row.get("turn") or 0
+    placed = in_conversation or turn or row.get("sample_index") or \
+        row.get("conversation_id", row["sample_id"]) != row["sample_id"]
+    conversation = (f"conversation {row['conversation_id']} sample {row.get('sample_index') or 0} turn {turn}, "
+                    if placed else "")
+    kwargs = row.get("template_kwargs")
     return (
-        f"sample {row['sample_id']} (source id {row['source_id'] or '-'}): "
+        f"sample {row['sample_id']} ({conversation}source id {row['source_id'] or '-'}"
+        f"{', template kwargs ' + kwargs if kwargs and kwargs != '{}' else ''}): "
         f"prompt {row['prompt_tokens']} tokens, output {row['completion_tokens']} tokens, "
         f"finish_reason={row['finish_reason']}, reasoning_start={row['reasoning_start']}, "
         f"think_end={row['think_end']}, response_start={row['response_start']}, "
@@ -76,13 +84,36 @@ def _span(start: int, end: int) -> str:
     return str(start) if end == start + 1 else f"{start}:{end}"
 
 
-def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, show_ids: bool = False,
-               show_messages: bool = True, positions: bool = True) -> str:
-    """The header, the prompt messages, then prompt + output decoded with regions tagged.
+def _message_lines(messages: list[dict[str, Any]], first: int = 0) -> list[str]:
+    lines = []
+    for message in messages[first:]:
+        content = message.get("content") or ""
+        extra = f" tool_calls={json.dumps(message['tool_calls'], ensure_ascii=False)}" if message.get("tool_calls") else ""
+        lines.append(f"  {message['role']}: {content}{extra}")
+    return lines
 
-    Each output region is tagged `[label START:END]...[/label]` with its positions in `output_ids`
-    (`positions=False` leaves them out), so a tag can be checked against the header's columns.
-    """
+
+def render_conversation(rows: list[dict[str, Any]], tokenizer: Any, *, colour: bool = False,
+                        show_ids: bool = False) -> str:
+    """One rollout turn by turn: the first prompt's messages, then per turn the messages the source
+    added after the previous output (tool results, the next user turn) and the output, regions tagged."""
+    parts: list[str] = []
+    seen = 0
+    for row in sorted(rows, key=lambda r: r["sample_id"]):
+        messages = json.loads(row["messages"])
+        parts.append(header(row, in_conversation=True))
+        if not seen and row.get("tools"):
+            parts.append(f"  tools: {row['tools']}")
+        # From the second turn on, the message after the previous history is that turn's own output.
+        parts += _message_lines(messages, seen + 1 if seen else 0)
+        parts += ["output:", _sequence(row, tokenizer, colour=colour, show_ids=show_ids, show_prompt=False), ""]
+        seen = len(messages)
+    return "\n".join(parts).rstrip("\n")
+
+
+def _sequence(row: dict[str, Any], tokenizer: Any, *, colour: bool, show_ids: bool, positions: bool = True,
+              show_prompt: bool = True) -> str:
+    """Prompt (unless not `show_prompt`) + output decoded, each output region tagged (see `render_row`)."""
 
     def tag(label: str, text: str, where: str = "") -> str:
         kind = label.split()[0]
@@ -90,19 +121,25 @@ def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, sho
         opening = f"{label} {where}" if positions and where else label
         return body if kind == "other" else f"[{opening}]{body}[/{label}]"
 
-    parts = [header(row)]
-    if show_messages:
-        parts.append("messages:")
-        for message in json.loads(row["messages"]):
-            content = message.get("content") or ""
-            extra = f" tool_calls={json.dumps(message['tool_calls'], ensure_ascii=False)}" if message.get("tool_calls") else ""
-            parts.append(f"  {message['role']}: {content}{extra}")
-        if row.get("tools"):
-            parts.append(f"  tools: {row['tools']}")
-    parts.append("sequence:")
-    text = tag("prompt", _decode(tokenizer, list(row["prompt_ids"]), show_ids))
+    text = tag("prompt", _decode(tokenizer, list(row["prompt_ids"]), show_ids)) if show_prompt else ""
     output = list(row["output_ids"])
     for label, start, end in output_regions(row):
         text += tag(label, _decode(tokenizer, output[start:end], show_ids), _span(start, end))
-    parts.append(text)
+    return text
+
+
+def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, show_ids: bool = False,
+               show_messages: bool = True, positions: bool = True) -> str:
+    """The header, the prompt messages, then prompt + output decoded with regions tagged.
+
+    Each output region is tagged `[label START:END]...[/label]` with its positions in `output_ids`
+    (`positions=False` leaves them out), so a tag can be checked against the header's columns.
+    """
+    parts = [header(row)]
+    if show_messages:
+        parts.append("messages:")
+        parts += _message_lines(json.loads(row["messages"]))
+        if row.get("tools"):
+            parts.append(f"  tools: {row['tools']}")
+    parts += ["sequence:", _sequence(row, tokenizer, colour=colour, show_ids=show_ids, positions=positions)]
     return "\n".join(parts)

@@ -3,7 +3,10 @@
 What a row must satisfy (each failure is a violation *kind*, reported with sample ids):
 
 - `prompt_ids` are exactly `messages` (+ `tools`) through the chat template, generation prompt
-  on, with the run's template kwargs;
+  on, with the row's `template_kwargs` (the run's, for data without that column);
+- a conversation's turn k (k > 0) follows its turn k-1 row, and its history is turn k-1's history,
+  then turn k-1's output as the history message a serving stack's parsers return for it
+  (`prompts.history`): the target's own words, not the source's;
 - the boundary columns equal what `boundaries.find_boundaries` computes from `output_ids`;
 - with `finish_reason == "stop"` the last output token is a stop id (and `stop_index` points at
   it); no stop id occurs before the last position (the engine would have stopped there);
@@ -28,6 +31,8 @@ from eagle3_synth.errors import PromptError
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.contract.row import FINISH_REASONS
+from eagle3_synth.prompts.history import history_message
+from eagle3_synth.prompts.rollouts import ChatTokenizers
 
 # How many leading prompt ids, repeated at the start of the output, count as a leaked prompt.
 LEAK_PREFIX = 8
@@ -47,6 +52,7 @@ KINDS: dict[str, str] = {
     "completion_tokens": "completion_tokens != len(output_ids)",
     "finish_reason": f"finish_reason not in {FINISH_REASONS}",
     "duplicate_sample_id": "the sample_id occurs more than once",
+    "history_not_own": "a later turn's history is not the previous turn's history plus the target's own output",
 }
 BOUNDARY_COLUMNS = ("reasoning_start", "think_end", "response_start", "stop_index")
 
@@ -56,16 +62,21 @@ class RowValidator:
 
     def __init__(self, tokenizer: Any, markers: MarkerIds, template_kwargs: Mapping[str, Any] | None = None, *,
                  form: MessageForm | None = None, profile: ModelProfile | None = None,
-                 template_date: str | None = None):
+                 template_date: str | None = None, kwarg_overrides: Mapping[str, Any] | None = None):
         # The message form and date the data was templated with (recorded in run info); without a
         # recorded form the template is probed again with the profile's settings, as a run does.
         self.chat = ChatTokenizer(tokenizer, template_kwargs, form=form, profile=profile, template_date=template_date)
+        self.chats = ChatTokenizers(self.chat)
+        # Given by the user over what each row records (`template_kwargs` column).
+        self.kwarg_overrides = dict(kwarg_overrides or {})
         self.markers = markers
+        self.profile = profile
         self.stop_ids = frozenset(markers.stop_ids)
 
-    def check(self, row: Mapping[str, Any]) -> list[tuple[str, str]]:
-        """(kind, detail) of every violation in `row`; empty when the row is clean."""
-        found: list[tuple[str, str]] = []
+    def check(self, row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+        """(kind, detail) of every violation in `row`; empty when the row is clean. `previous`: the
+        row before it (a later turn is checked against its conversation's previous turn)."""
+        found: list[tuple[str, str]] = self._check_history(row, previous)
         prompt, output = list(row["prompt_ids"]), list(row["output_ids"])
         if row["prompt_tokens"] != len(prompt):
             found.append(("prompt_tokens", f"{row['prompt_tokens']} != {len(prompt)}"))
@@ -92,13 +103,39 @@ class RowValidator:
             obj = {"messages": json.loads(row["messages"])}
             if row["tools"]:
                 obj["tools"] = json.loads(row["tools"])
-            expected = self.chat.prompt_ids(validate_conversation(obj, "messages"))
+            kwargs = {**json.loads(row["template_kwargs"]), **self.kwarg_overrides} if row.get("template_kwargs") else None
+            expected = self.chats.get(kwargs).prompt_ids(validate_conversation(obj, "messages"))
         except (json.JSONDecodeError, PromptError) as exc:
             return [("messages_unreadable", str(exc))]
         if expected == prompt:
             return []
         at = next((i for i, (a, b) in enumerate(zip(expected, prompt)) if a != b), min(len(expected), len(prompt)))
         return [("prompt_mismatch", f"first difference at {at}: stored {len(prompt)} ids, re-templated {len(expected)}")]
+
+    def _check_history(self, row: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+        turn = row.get("turn") or 0
+        if not turn:
+            return []
+        same = previous is not None and all(previous.get(k) == row.get(k) for k in ("conversation_id", "sample_index"))
+        if not same or previous.get("turn") != turn - 1 or previous["sample_id"] != row["sample_id"] - 1:
+            return [("history_not_own", f"turn {turn} does not follow its conversation's turn {turn - 1}")]
+        try:
+            history, messages = json.loads(previous["messages"]), json.loads(row["messages"])
+            tools = json.loads(row["tools"]) if row["tools"] else None
+        except json.JSONDecodeError as exc:
+            return [("messages_unreadable", str(exc))]
+        if messages[: len(history)] != history:
+            return [("history_not_own", f"turn {turn}'s history does not start with turn {turn - 1}'s")]
+        if self.profile is None or len(messages) <= len(history):
+            return [] if self.profile is None else [("history_not_own", f"turn {turn}'s history ends where turn "
+                                                                       f"{turn - 1}'s does")]
+        calls = sum(len(message.get("tool_calls") or ()) for message in history)
+        own = history_message(list(previous["output_ids"]), previous, self.chat.tokenizer, self.markers, self.profile,
+                              tools=tools, first_call_index=calls)
+        if messages[len(history)] != own:
+            return [("history_not_own", f"messages[{len(history)}] is not turn {turn - 1}'s output as the parsers "
+                                        f"return it (content {str(messages[len(history)].get('content'))[:40]!r})")]
+        return []
 
     def _check_boundaries(
         self, row: Mapping[str, Any], prompt: list[int], output: list[int], finish_reason: str
@@ -159,8 +196,26 @@ class ConfigReport:
 
 
 def validate_rows(rows: Iterable[Mapping[str, Any]], validator: RowValidator, config: str = "") -> ConfigReport:
-    """Check every row; duplicates of a sample_id are reported once per extra occurrence."""
-    return _collect(([(int(row["sample_id"]), validator.check(row))] for row in rows), config)
+    """Check every row (in sample_id order); duplicates of a sample_id are reported once per extra occurrence."""
+    return validate_batches(([row] for row in rows), validator, config)
+
+
+def _with_previous(batches: Iterable[list[dict[str, Any]]]) -> Iterable[tuple[dict[str, Any] | None, list[dict[str, Any]]]]:
+    """Each batch with the row before it (a conversation's turns may straddle batches)."""
+    previous = None
+    for batch in batches:
+        yield previous, batch
+        if batch:
+            previous = batch[-1]
+
+
+def _check_rows(validator: RowValidator, previous: dict[str, Any] | None, batch: list[dict[str, Any]]
+                ) -> list[tuple[int, list[tuple[str, str]]]]:
+    checked = []
+    for row in batch:
+        checked.append((int(row["sample_id"]), validator.check(row, previous)))
+        previous = row
+    return checked
 
 
 def validate_batches(
@@ -171,11 +226,12 @@ def validate_batches(
     Re-templating prompts dominates and is independent per row, so it scales with cores.
     """
     if workers <= 1:
-        return _collect(([(int(r["sample_id"]), validator.check(r)) for r in batch] for batch in batches), config)
+        return _collect((_check_rows(validator, previous, batch) for previous, batch in _with_previous(batches)),
+                        config)
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with context.Pool(workers, initializer=_init_worker, initargs=(validator,)) as pool:
-        return _collect(pool.imap(_check_batch, batches), config)
+        return _collect(pool.imap(_check_batch, _with_previous(batches)), config)
 
 
 _worker_validator: RowValidator | None = None
@@ -186,9 +242,9 @@ def _init_worker(validator: RowValidator) -> None:
     _worker_validator = validator
 
 
-def _check_batch(batch: list[dict[str, Any]]) -> list[tuple[int, list[tuple[str, str]]]]:
+def _check_batch(item: tuple[dict[str, Any] | None, list[dict[str, Any]]]) -> list[tuple[int, list[tuple[str, str]]]]:
     assert _worker_validator is not None
-    return [(int(row["sample_id"]), _worker_validator.check(row)) for row in batch]
+    return _check_rows(_worker_validator, *item)
 
 
 def _collect(results: Iterable[list[tuple[int, list[tuple[str, str]]]]], config: str) -> ConfigReport:

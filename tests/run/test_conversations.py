@@ -23,6 +23,7 @@ from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.run.directory import RunDirectory
 
 from ..conftest import TINY_MODEL
+from ..support.built_datasets import copy_dataset, rewrite_rows
 from ..support.cli_processes import KILLED, config_rows, run_cli_process
 
 CONFIG = "B2_hermes_fc"
@@ -211,3 +212,47 @@ def test_turns_last_generates_the_final_answer_only(tmp_path):
     rows = sorted(config_rows(tmp_path / "ds", CONFIG), key=lambda row: row["sample_id"])
     assert [(r["sample_id"], r["conversation_id"], r["turn"]) for r in rows] == [(0, 0, 0), (1, 1, 0)]
     assert json.loads(rows[0]["messages"]) == LOOP["messages"]
+
+
+def test_validate_passes_on_conversations_and_catches_a_history_not_the_targets(built, tmp_path, tokenizer):
+    out, rows = built
+    report = tmp_path / "report.json"
+    assert main(["validate", str(out), CONFIG, "--report", str(report)]) == 0
+    clean = json.loads(report.read_text())[0]
+    assert clean["ok"] and clean["rows"] == len(rows)
+
+    # Turn 1 of the chat conversation templated on the source's own first answer instead of the
+    # target's: its prompt ids are consistent with its messages, only the history is not its own.
+    target = next(r for r in rows if r["conversation_id"] == 2 and r["turn"] == 1)
+    messages = json.loads(target["messages"])
+    messages[1] = {"role": "assistant", "content": CHAT["messages"][1]["content"], "reasoning_content": ""}
+    chat = chat_of(out, tokenizer, {})
+    prompt_ids = chat.prompt_ids(Conversation(messages))
+
+    def change(row):
+        if row["sample_id"] == target["sample_id"]:
+            row.update(messages=json.dumps(messages), prompt_ids=prompt_ids, prompt_tokens=len(prompt_ids))
+
+    copy = copy_dataset(out, tmp_path / "corrupt")
+    rewrite_rows(copy, CONFIG, change)
+    assert main(["validate", str(copy), CONFIG, "--report", str(report)]) == 1
+    found = json.loads(report.read_text())[0]
+    assert found["counts"] == {"history_not_own": 1} and found["sample_ids"]["history_not_own"] == [target["sample_id"]]
+    assert "messages[1] is not turn 0's output as the parsers return it" in found["details"]["history_not_own"]
+
+
+def test_inspect_shows_a_conversation_turn_by_turn(built, capsys):
+    out, _ = built
+    assert main(["inspect", str(out), CONFIG, "--conversation", "0", "--colour", "never"]) == 0
+    text = capsys.readouterr().out
+    assert "conversations 0, 3 turns" in text
+    turns = [line for line in text.splitlines() if line.startswith("sample ")]
+    assert [t.split(",")[0] for t in turns] == ["sample 0 (conversation 0 sample 0 turn 0",
+                                                "sample 1 (conversation 0 sample 0 turn 1",
+                                                "sample 2 (conversation 0 sample 0 turn 2"]
+    # Between turns 0 and 1 only the source's tool result is new; before turn 2, the user's question.
+    after = text.split(turns[1])[1].splitlines()
+    assert after[1] == f"  tool: {WEATHER_RESULT}" and after[2] == "output:"
+    assert f"  user: {LOOP['messages'][-1]['content']}" in text.split(turns[2])[1]
+    assert "[tool_call 1 " in text.split(turns[1])[0]
+    assert main(["inspect", str(out), CONFIG, "--conversation", "9"]) == 1
