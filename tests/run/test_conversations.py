@@ -256,3 +256,36 @@ def test_inspect_shows_a_conversation_turn_by_turn(built, capsys):
     assert f"  user: {LOOP['messages'][-1]['content']}" in text.split(turns[2])[1]
     assert "[tool_call 1 " in text.split(turns[1])[0]
     assert main(["inspect", str(out), CONFIG, "--conversation", "9"]) == 1
+
+
+def export(out: Path, tmp_path: Path, fmt: str, *extra: str) -> list[dict]:
+    path = tmp_path / f"{fmt}.jsonl"
+    assert main(["export", str(out), CONFIG, "--format", fmt, "--out", str(path), *extra]) == 0
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_conversation_exports_write_each_rollout_once_with_every_turn_the_targets(built, tmp_path):
+    out, rows = built
+    records = export(out, tmp_path, "specforge")
+    last = {c: turns[-1] for c, turns in by_conversation(rows).items()}
+    assert [r["id"] for r in records] == [f"{CONFIG}-{last[c]['sample_id']}" for c in sorted(last)]
+    loop = records[0]["conversations"]
+    # The tool loop's last row: the target's call, the source's result, the target's answer, the user, the answer.
+    assert [m["role"] for m in loop] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert loop[2]["tool_calls"][0]["function"]["name"] == "get_current_weather"
+    assert isinstance(loop[2]["tool_calls"][0]["function"]["arguments"], str)
+    assert len(export(out, tmp_path, "specforge", "--every-turn")) == len(rows)
+    exact = export(out, tmp_path, "ids", "--no-text")  # token-exact rows: every turn is its own example
+    assert [r["input_ids"] for r in exact] == [r["prompt_ids"] + r["output_ids"] for r in rows]
+    assert [(r["metadata"]["conversation_id"], r["metadata"]["turn"]) for r in exact] == \
+        [(r["conversation_id"], r["turn"]) for r in rows]
+
+
+def test_specforge_carries_each_rows_template_kwargs_as_columns(tmp_path):
+    rows = build(tmp_path / "ds", write(tmp_path / "p.jsonl", CHAT, LOOP), "--template-kwarg-mix",
+                 "thinking=true:0.5,thinking=false:0.5", "--samples-per-prompt", "2", "--selection-seed", "1")
+    records = export(tmp_path / "ds", tmp_path, "specforge", "--every-turn")
+    by_id = {f"{CONFIG}-{r['sample_id']}": r for r in rows}
+    assert {r["thinking"] for r in records} == {True, False}
+    for record in records:
+        assert {"thinking": record["thinking"]} == json.loads(by_id[record["id"]]["template_kwargs"])
