@@ -105,8 +105,9 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     engine.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="engine-specific argument, e.g. tp_size=8 for sglang (repeatable)")
     engine.add_argument("--url", action="append", default=[], help="sglang-http: server or router URL (repeatable)")
-    engine.add_argument("--max-in-flight", type=int, help="sglang engines: requests in flight at once; keep it above "
-                        "the engine's running-request capacity (default: sglang twice that capacity, sglang-http 256)")
+    engine.add_argument("--max-in-flight", type=int, help="sglang engines: a fixed number of requests in flight "
+                        "(default: follow the engine's load, from what it runs at once up to twice that; "
+                        "sglang-http without /v1/loads or server capacity, e.g. a router: 256)")
     engine.add_argument("--request-timeout", type=float, default=GenerationSettings.request_timeout, metavar="SECONDS",
                         help="sglang-http: idle timeout: retry a request when no data arrived for this long "
                         "(the wait for the first token counts; a request that streams is never cut off; "

@@ -76,8 +76,8 @@ class EngineOptions:
     batch_size: int = 8
     replay_file: str | None = None
     urls: tuple[str, ...] = ()
-    # sglang engines: requests in flight at once; None = the engine's default (sglang: twice the
-    # engine's running-request capacity; sglang-http: 256).
+    # sglang engines: a fixed number of requests in flight; None = follow the engine's load
+    # (engines/sglang/loads.py), up to twice what it runs at once.
     max_in_flight: int | None = None
     request_timeout_s: float = 3600.0  # sglang-http: idle timeout (no data for this long); covers the queue wait before the first token
     max_retries: int = 8  # sglang engines: retries of a transient failure (connection, timeout, 5xx)

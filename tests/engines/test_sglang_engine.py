@@ -55,6 +55,9 @@ FIELDS = [
     FieldSpec("log_level", Annotated[str, "The logging level of all loggers."]),
     FieldSpec("tp_size", Annotated[int, Arg("The tensor parallelism size.")]),
     FieldSpec("dp_size", Annotated[int, Arg("The data parallelism size.")]),
+    FieldSpec("attn_dp_size", Annotated[int, Arg("The attention data parallelism size: the number of data-parallel "
+                                                 "attention groups inside the TP group, one scheduler each, while the "
+                                                 "FFN stays tensor parallel.")]),
     FieldSpec("nnodes", Annotated[int, Arg("The number of nodes.")]),
     FieldSpec("node_rank", Annotated[int, Arg("The node rank.")]),
     FieldSpec("mem_fraction_static", Annotated[Optional[float], "The fraction of the memory used for static allocation."]),
@@ -174,8 +177,9 @@ def test_launch_passes_token_id_mode_and_typed_args(launch):
         "model_path": "/models/fake", "skip_tokenizer_init": True, "trust_remote_code": True,
         "tp_size": 2, "mem_fraction_static": 0.8, "log_level": "error",
     }
-    # No --max-in-flight: twice the engine's running-request capacity, from its server info.
-    assert engine.max_in_flight == 200
+    # No --max-in-flight: the window starts at the engine's running-request capacity (its server
+    # info) and follows its load up to twice that.
+    assert engine.max_in_flight == 100 and engine._window.sizer.ceiling == 200
 
 
 def test_launch_without_model_is_a_config_error():

@@ -104,8 +104,21 @@ class HTTPException(Exception):
         self.detail = detail
 
 
+class LoadSnapshot:
+    """One DP rank's load, as `get_loads()` returns it (srt/managers/load_snapshot.py:196-251: a
+    msgspec struct whose `to_dict` gives the flat "core" fields)."""
+
+    def __init__(self, **fields: Any):
+        self.fields = fields
+
+    def to_dict(self, include: Any = None) -> Dict[str, Any]:
+        return dict(self.fields)
+
+
 class FakeTokenizerManager:
-    def __init__(self) -> None:
+    def __init__(self, engine: "Engine | None" = None) -> None:
+        self.engine = engine
+        self.load_reads = 0
         self.aborted: list[str] = []
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.gracefully_exit = False
@@ -131,6 +144,20 @@ class FakeTokenizerManager:
     def sigterm_handler(self) -> None:
         self.gracefully_exit = True
 
+    async def get_loads(self, include: Any = None, dp_rank: Any = None) -> List[LoadSnapshot]:
+        """One snapshot per DP rank (tokenizer_control_mixin.py:1001-1029): the requests inside
+        async_generate, `capacity` of them running per rank, the rest waiting."""
+        self.auto_create_handle_loop()
+        self.load_reads += 1
+        engine = self.engine
+        ranks = engine.ranks
+        running = min(engine.running, engine.capacity * ranks)
+        waiting = engine.running - running
+        return [LoadSnapshot(dp_rank=r, num_running_reqs=running // ranks + (r < running % ranks),
+                             num_waiting_reqs=waiting // ranks + (r < waiting % ranks),
+                             max_running_requests=engine.capacity, token_usage=running / (engine.capacity * ranks))
+                for r in range(ranks)]
+
 
 class Engine:
     """Configure with `Engine.configure(plan=..., fields=..., capacity=...)` in a subclass."""
@@ -155,7 +182,7 @@ class Engine:
             raise TypeError("Missing required argument 'model_path'")
         kwargs.setdefault("log_level", "error")
         self.server_args = kwargs
-        self.tokenizer_manager = FakeTokenizerManager()
+        self.tokenizer_manager = FakeTokenizerManager(self)
         atexit.register(self.shutdown)
         self._workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -165,6 +192,11 @@ class Engine:
         self.max_running = 0
         self._live_rids: set[str] = set()
 
+    @property
+    def ranks(self) -> int:
+        """DP ranks: `dp_size` replicas x `attn_dp_size` attention-DP workers (after parallel_hook.py:44-56)."""
+        return int(self.server_args.get("dp_size") or 1) * int(self.server_args.get("attn_dp_size") or 1)
+
     def get_all_child_pids(self) -> List[int]:
         return [p.pid for p in self._workers]
 
@@ -172,10 +204,12 @@ class Engine:
         """As the real one: runs the tokenizer manager's get_internal_state on self.loop (which binds it)."""
         async def get_internal_state() -> List[Dict[str, Any]]:
             self.tokenizer_manager.auto_create_handle_loop()
-            return [{"effective_max_running_requests_per_dp": self.capacity}]
+            # One state per DP scheduler, each with its own running-request capacity (internal_state.py:73).
+            return [{"effective_max_running_requests_per_dp": self.capacity} for _ in range(self.ranks)]
 
         # context_length resolved from the model; max_req_input_len = min(ctx-1, kv-1) - 5 (tp_worker.py:568-572)
-        return {"context_length": self.context_len, **self.server_args, "dp_size": 1, "version": "0.5.23",
+        return {"context_length": self.context_len, "dp_size": 1, "attn_dp_size": 1, **self.server_args,
+                "version": "0.5.23",
                 "max_req_input_len": self.context_len - 1 - 5,
                 "internal_states": self.loop.run_until_complete(get_internal_state())}
 

@@ -206,7 +206,8 @@ class SGLangLoopbackServer:
     def __init__(self, backend: Backend, faults: tuple[Fault, ...] = (), context_length: int | None = None,
                  model_path: str = "loopback-model", cache: bool = True, kv_capacity: int | None = None,
                  starting_s: float = 0.0, api_key: str | None = None, server_args: dict[str, Any] | None = None,
-                 queue_s: float = 0.0, chunk_s: float = 0.0, keep_aborted_s: float = 0.0):
+                 queue_s: float = 0.0, chunk_s: float = 0.0, keep_aborted_s: float = 0.0,
+                 capacity_per_rank: int = 256, serve_loads: bool = True):
         """`queue_s`: a stream sends nothing for that long (queued: SGLang has no queue timeout,
         srt/environ.py), then a chunk every `chunk_s`; `keep_aborted_s`: a request whose client went
         away keeps its rid that long (until the scheduler confirms the abort), and a request reusing
@@ -237,6 +238,11 @@ class SGLangLoopbackServer:
         self.live_rids: set[str] = set()  # tokenizer_manager's rid_to_state
         self.aborted = 0  # streams whose client went away
         self.stream_chunks: list[tuple[str, float]] = []  # (rid, time) of every chunk sent
+        # `effective_max_running_requests_per_dp` of each DP rank (dp_size x attn_dp_size of them);
+        # `serve_loads=False`: no /v1/loads (as a router may not serve it).
+        self.capacity_per_rank = capacity_per_rank
+        self.serve_loads = serve_loads
+        self.load_reads = 0
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30, middlewares=[self.auth])
@@ -246,6 +252,8 @@ class SGLangLoopbackServer:
         app.router.add_get("/model_info", self.handle_model_info)
         app.router.add_get("/server_info", self.handle_server_info)
         app.router.add_get("/get_server_info", self.handle_server_info)
+        if self.serve_loads:
+            app.router.add_get("/v1/loads", self.handle_loads)
         return app
 
     @web.middleware
@@ -288,9 +296,26 @@ class SGLangLoopbackServer:
                 "tp_size": 1, "dp_size": 1, "speculative_algorithm": None, **self.server_args,
                 "status": "ready", "max_total_num_tokens": self.kv_capacity or 1 << 20,
                 "max_req_input_len": self.max_req_input_len, "internal_states": [
-                    {"effective_max_running_requests_per_dp": 256}],
+                    {"effective_max_running_requests_per_dp": self.capacity_per_rank} for _ in range(self.ranks)],
                 "version": "0.5.23", "frontend": "python"}
         return web.json_response(info)
+
+    @property
+    def ranks(self) -> int:
+        return int(self.server_args.get("dp_size") or 1) * int(self.server_args.get("attn_dp_size") or 1)
+
+    async def handle_loads(self, request: web.Request) -> web.Response:
+        """srt/entrypoints/v1_loads.py:96-150: per DP rank `LoadSnapshot.to_dict` ("core" fields,
+        load_snapshot.py:196-217); the requests being answered, `capacity_per_rank` running per rank."""
+        self.load_reads += 1
+        ranks, capacity = self.ranks, self.capacity_per_rank
+        running = min(self.running, capacity * ranks)
+        waiting = self.running - running
+        loads = [{"timestamp": time.time(), "dp_rank": r, "num_running_reqs": running // ranks + (r < running % ranks),
+                  "num_waiting_reqs": waiting // ranks + (r < waiting % ranks), "max_running_requests": capacity,
+                  "token_usage": running / (capacity * ranks)} for r in range(ranks)]
+        return web.json_response({"timestamp": "", "version": "0.5.23", "accelerator": None, "num_accelerators": 1,
+                                  "loads": loads})
 
     async def handle_model_info(self, request: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model_path, "tokenizer_path": None, "is_generation": True,

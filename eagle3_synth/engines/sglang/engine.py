@@ -33,6 +33,7 @@ from eagle3_synth.engines.retry import RetryPolicy
 from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, server_args_fields
 from eagle3_synth.engines.sglang.processes import bind_loop_keep_sigterm, callers_sigterm, guarded_shutdown, owned_children
 from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
+from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
@@ -41,30 +42,40 @@ SOURCE = "sglang.Engine"
 FALLBACK_MAX_IN_FLIGHT = 1024
 
 
-def default_max_in_flight(engine: Any) -> int:
-    """Twice the requests the engine runs at once, so its own queue covers our pauses.
-
-    Read from `get_server_info()` (`effective_max_running_requests_per_dp` × `dp_size`); when
-    that is not available, FALLBACK_MAX_IN_FLIGHT.
-    """
+def engine_capacity(engine: Any) -> int | None:
+    """Requests the engine runs at once over all its DP ranks (`loads.running_capacity`), None if unknown."""
     try:
-        info = engine.get_server_info()
-        per_dp = (info.get("internal_states") or [{}])[0].get("effective_max_running_requests_per_dp")
-        if isinstance(per_dp, int) and per_dp > 0:
-            return max(64, 2 * per_dp * int(info.get("dp_size") or 1))
+        return running_capacity(engine.get_server_info())
     except Exception as exc:  # an informational call; never worth failing a run for
         log.debug("could not read the engine's running-request capacity: %s", exc)
-    return FALLBACK_MAX_IN_FLIGHT
+        return None
+
+
+def default_max_in_flight(engine: Any) -> int:
+    """The window's ceiling: twice the requests the engine runs at once (FALLBACK_MAX_IN_FLIGHT
+    when unknown); within it the window follows the engine's load (`loads.py`)."""
+    capacity = engine_capacity(engine)
+    return FALLBACK_MAX_IN_FLIGHT if capacity is None else max(64, 2 * capacity)
+
+
+def read_engine_load(engine: Any, loop: asyncio.AbstractEventLoop) -> EngineLoad | None:
+    """`tokenizer_manager.get_loads()` (the coroutine behind /v1/loads, srt/managers/
+    tokenizer_control_mixin.py:1001-1029), run on the engine's loop."""
+    snapshots = loop.run_until_complete(engine.tokenizer_manager.get_loads())
+    return EngineLoad.from_snapshots([s.to_dict() if hasattr(s, "to_dict") else s for s in snapshots])
 
 
 class SGLangEngine(WindowedEngine):
     def __init__(self, engine: Any, *, loop: asyncio.AbstractEventLoop, owned_pids: set[int], max_in_flight: int,
-                 retry: RetryPolicy = RetryPolicy()):
+                 retry: RetryPolicy = RetryPolicy(), load_driven: bool = False):
         self.engine = engine
         self.owned_pids = owned_pids
         self.retry = retry
         self._loop = loop
-        self._window = InFlightWindow(loop, max_in_flight)
+        # Load-driven (the default): start at what the engine runs, follow its load up to the ceiling.
+        sizer = LoadDrivenSize(lambda: read_engine_load(engine, loop), max_in_flight) if load_driven else None
+        start = min(max_in_flight, engine_capacity(engine) or max_in_flight) if load_driven else max_in_flight
+        self._window = InFlightWindow(loop, start, sizer)
         self._rids = RequestIds()
         self._closed = False
         self.limits = ContextLimits()  # set by launch() from get_server_info()
@@ -168,19 +179,24 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
     # The loop SGLang's own sync calls use (Engine.loop); requests must run on it too.
     loop = getattr(engine, "loop", None) or asyncio.new_event_loop()
     bind_loop_keep_sigterm(engine, loop, sigterm)
+    ceiling = default_max_in_flight(engine) if options.max_in_flight is None else options.max_in_flight
     wrapper = SGLangEngine(
         engine,
         loop=loop,
         owned_pids=owned,
-        max_in_flight=default_max_in_flight(engine) if options.max_in_flight is None else options.max_in_flight,
+        max_in_flight=ceiling,
         retry=retry,
+        load_driven=options.max_in_flight is None,
     )
     try:
         wrapper.limits = ContextLimits.from_server_info(engine.get_server_info())
     except Exception as exc:  # informational, like default_max_in_flight
         log.debug("could not read the engine's context limits: %s", exc)
     atexit.register(wrapper.close)
-    log.info("sglang engine started: %s (%d requests in flight at most)", options.model, wrapper.max_in_flight)
+    log.info("sglang engine started: %s (%s)", options.model,
+             f"{wrapper.max_in_flight} requests in flight" if options.max_in_flight is not None else
+             f"in-flight window following the engine's load, {wrapper.max_in_flight} to start, "
+             f"{ceiling} at most")
     return wrapper
 
 

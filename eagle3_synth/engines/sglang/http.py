@@ -53,6 +53,7 @@ from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
 from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid, is_transient_status, merge_chunk, result_with_retries, sglang_sampling_params, stream_status
+from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class SGLangHTTPEngine(WindowedEngine):
         model: str | None = None,
         health_timeout_s: float = HEALTH_TIMEOUT_S,
         health_poll_s: float = HEALTH_POLL_S,
+        load_driven: bool = False,
     ):
         if request_timeout_s <= 0:
             raise ConfigError(f"--request-timeout must be > 0 seconds, got {request_timeout_s}")
@@ -153,6 +155,9 @@ class SGLangHTTPEngine(WindowedEngine):
         self.health_timeout_s = health_timeout_s
         self.health_poll_s = health_poll_s
         self.limits = ContextLimits()  # set from the servers' info by check_servers()
+        # With no --max-in-flight the window follows the servers' /v1/loads (loads.py), from check_servers().
+        self.load_driven = load_driven
+        self._capacities: list[int | None] = []
 
     def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
         """The longest prompt every server accepts with this max_new_tokens (None: unknown)."""
@@ -165,7 +170,7 @@ class SGLangHTTPEngine(WindowedEngine):
         if self._session is None:
             # Created inside a coroutine on self._loop, so aiohttp binds it to that loop.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._window.size, keepalive_timeout=4.0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),  # the window bounds it
                 # An idle timeout, not a total one: each read waits at most request_timeout_s.
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S,
                                               sock_read=self.request_timeout_s),
@@ -324,16 +329,36 @@ class SGLangHTTPEngine(WindowedEngine):
             log.warning("%s serves %s, but this run's model is %s; the outputs are that server's model's",
                         url, served, self.model)
         self.limits = self.limits.combine(ContextLimits.from_server_info(info))
+        self._capacities.append(running_capacity(info))
         log.info("%s serves %s (context %s, max input %s)", url, served or "an unnamed model",
                  info.get("context_length"), info.get("max_req_input_len"))
 
     def check_servers(self) -> None:
-        """Before any prompt is sent: wait for each URL's /health, then check its server info."""
+        """Before any prompt is sent: wait for each URL's /health, then check its server info; a
+        load-driven window starts at what the servers run, its ceiling twice that (else the default)."""
         for url in self.urls.urls:
             self.wait_healthy(url)
             info = self.server_info(url)
             if info is not None:
                 self.check_server_info(url, info)
+        if self.load_driven:
+            known = len(self._capacities) == len(self.urls.urls) and None not in self._capacities
+            ceiling = 2 * sum(self._capacities) if known else self._window.size
+            self._window.size = min(ceiling, sum(self._capacities)) if known else ceiling
+            self._window.sizer = LoadDrivenSize(self.read_loads, ceiling)
+
+    def read_loads(self) -> EngineLoad | None:
+        """Every URL's `/v1/loads?include=core` summed (srt/entrypoints/v1_loads.py:96-150); None
+        when one does not serve it (a router)."""
+        total = None
+        for url in self.urls.urls:
+            status, body = self._loop.run_until_complete(self._get(url, "/v1/loads?include=core", timeout_s=5.0))
+            data = _json_or_text(body)
+            load = EngineLoad.from_snapshots(data.get("loads") or []) if status == 200 and isinstance(data, dict) else None
+            if load is None:
+                return None
+            total = load if total is None else total.combine(load)
+        return total
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -361,6 +386,7 @@ def create(options: EngineOptions) -> SGLangHTTPEngine:
     engine = SGLangHTTPEngine(
         options.urls,
         max_in_flight=DEFAULT_MAX_IN_FLIGHT if options.max_in_flight is None else options.max_in_flight,
+        load_driven=options.max_in_flight is None,
         request_timeout_s=options.request_timeout_s,
         retry=RetryPolicy(max_retries=options.max_retries),
         model=options.model,

@@ -32,10 +32,12 @@ def check_window_size(size: int) -> int:
 class InFlightWindow:
     """Runs `start(item)` for every item, at most `size` at a time; yields results in completion order."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, size: int):
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int, sizer: Callable[[int], int] | None = None):
         check_window_size(size)
         self.loop = loop
         self.size = size
+        # Called between results with the current size, returns the next (loads.LoadDrivenSize).
+        self.sizer = sizer
         self._pending: set[asyncio.Future] = set()
 
     @property
@@ -54,6 +56,8 @@ class InFlightWindow:
         exhausted = False
         try:
             while True:
+                if self.sizer is not None:
+                    self.size = self.sizer(self.size)
                 while not exhausted and len(self._pending) < self.size:
                     item = next(iterator, _END)
                     if item is _END:

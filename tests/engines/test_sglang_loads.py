@@ -1,0 +1,92 @@
+"""The in-flight window follows what the engine runs: its parallel layout and its load (loads.py)."""
+
+from __future__ import annotations
+
+from eagle3_synth.engines import SamplingParams
+from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
+from eagle3_synth.engines.sglang.loads import (MAX_QUEUE_PER_RANK, QUEUE_PER_RANK, EngineLoad, LoadDrivenSize,
+                                               running_capacity, window_size)
+
+from ..support.sglang_server import DeterministicBackend, SGLangLoopbackServer
+from .test_sglang_engine import FAST_RETRY, Reply, launch, requests, stop_reply  # noqa: F401 - the fixture
+from .test_sglang_http import random_requests, serve  # noqa: F401 - the fixture
+
+PARAMS = SamplingParams(max_new_tokens=16, temperature=0.0, stop_token_ids=(2034,))
+
+
+def test_capacity_counts_every_attention_dp_rank():
+    # sglang 0.5.23 rewrites dp_size=8 + enable_dp_attention into attn_dp_size=8, dp_size=1.
+    info = {"dp_size": 1, "attn_dp_size": 8, "internal_states": [{"effective_max_running_requests_per_dp": 256}]}
+    assert running_capacity(info) == 8 * 256
+    per_scheduler = {"dp_size": 1, "internal_states": [{"effective_max_running_requests_per_dp": 64}] * 4}
+    assert running_capacity(per_scheduler) == 4 * 64
+    assert running_capacity({"internal_states": [{}]}) is None
+
+
+def test_window_is_what_runs_plus_a_short_queue_and_grows_while_nothing_waits():
+    saturated = EngineLoad(running=800, waiting=300, ranks=8, token_usage=0.97)
+    assert window_size(saturated, current=1600, ceiling=4096) == 800 + 200  # a quarter of what runs
+    small = EngineLoad(running=10, waiting=5, ranks=2, token_usage=0.1)
+    assert window_size(small, current=100, ceiling=4096) == 10 + QUEUE_PER_RANK * 2
+    huge = EngineLoad(running=100_000, waiting=10, ranks=2, token_usage=0.5)
+    assert window_size(huge, current=10, ceiling=1 << 20) == 100_000 + MAX_QUEUE_PER_RANK * 2
+    hungry = EngineLoad(running=40, waiting=0, ranks=1, token_usage=0.2)
+    assert window_size(hungry, current=48, ceiling=4096) == 96 and window_size(hungry, current=48, ceiling=60) == 60
+
+
+def test_load_is_read_at_most_every_interval_and_unreadable_load_keeps_the_size():
+    now = [0.0]
+    reads = []
+
+    def read():
+        reads.append(now[0])
+        return None if len(reads) <= 3 else EngineLoad(8, 0, 1, 0.0)
+
+    sizer = LoadDrivenSize(read, ceiling=100, every=2.0, clock=lambda: now[0])
+    for t in (0.0, 1.0, 2.0, 3.9, 4.0, 10.0):
+        now[0] = t
+        assert sizer(16) == 16
+    assert reads == [0.0, 2.0, 4.0]  # three failures in a row: no more reads
+
+
+def test_offline_engine_window_follows_get_loads_with_attention_dp(launch):  # noqa: F811
+    engine = launch(lambda ids, sp: Reply(**{**vars(stop_reply(ids)), "delay_s": 0.01}), capacity=4,
+                    engine_args={"attn_dp_size": 2})
+    # It starts at what runs (4 per rank x 2 ranks); its ceiling is twice that, at least 64.
+    assert engine.max_in_flight == 8 and engine._window.sizer.ceiling == 64
+    engine._window.sizer.every = 0.0
+    results = list(engine.generate(requests(60), PARAMS))
+    assert sorted(r.sample_id for r in results) == list(range(60)) and all(r.error is None for r in results)
+    manager = engine.engine.tokenizer_manager
+    assert manager.load_reads > 0 and engine._window.sizer.last_load.ranks == 2
+    assert engine.engine.max_running <= 64
+
+
+def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):  # noqa: F811
+    server = SGLangLoopbackServer(DeterministicBackend(), capacity_per_rank=3, server_args={"attn_dp_size": 2})
+    url = serve(server).url
+    engine = SGLangHTTPEngine((url,), retry=FAST_RETRY, load_driven=True)
+    try:
+        engine.check_servers()
+        assert engine.max_in_flight == 6 and engine._window.sizer.ceiling == 12
+        engine._window.sizer.every = 0.0
+        results = list(engine.generate(random_requests(40), PARAMS))
+        assert len(results) == 40 and all(r.error is None for r in results)
+        assert server.load_reads > 0 and engine._window.sizer.last_load.ranks == 2 and server.max_running <= 12
+    finally:
+        engine.close()
+    # A server (or router) without /v1/loads: the window stays at its start.
+    plain = SGLangLoopbackServer(DeterministicBackend(), serve_loads=False)
+    engine = SGLangHTTPEngine((serve(plain).url,), retry=FAST_RETRY, load_driven=True)
+    try:
+        engine.check_servers()
+        engine._window.sizer.every = 0.0
+        assert len(list(engine.generate(random_requests(20), PARAMS))) == 20
+        assert engine._window.sizer.last_load is None and engine.max_in_flight == 256
+    finally:
+        engine.close()
+
+
+def test_an_explicit_max_in_flight_is_not_load_driven(launch):  # noqa: F811
+    engine = launch(lambda ids, sp: stop_reply(ids), capacity=4, max_in_flight=32)
+    assert engine.max_in_flight == 32 and engine._window.sizer is None
