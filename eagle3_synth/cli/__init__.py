@@ -17,6 +17,7 @@ COMMANDS = {
     "stats": "stats",
     "validate": "validate",
     "export": "export",
+    "vocab": "vocab",
     "publish": "publish",
     "doctor": "doctor",
 }

@@ -17,6 +17,8 @@ With `datasets`:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
 from typing import Any, Literal
 
 from eagle3_synth.errors import ConfigError
@@ -41,6 +43,19 @@ def loss_mask(prompt_len: int, output_len: int, response_start: int, train_on: T
     else:
         first = output_len
     return [0] * (prompt_len + first) + [1] * (output_len - first)
+
+
+def masked_output_starts(lengths: np.ndarray, response_starts: np.ndarray | None, train_on: TrainOn) -> np.ndarray:
+    """Per row, the first index of `output_ids` under the loss mask (== length: none), as
+    `loss_mask` sets it (its column form, for counting tokens under the mask: `tools/vocab.py`): 0 for `output`; `response_start`, or the length when reasoning
+    never ended (`-1`), for `response`."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if train_on == "output":
+        return np.zeros_like(lengths)
+    if train_on != "response" or response_starts is None:
+        raise ConfigError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
+    starts = np.asarray(response_starts, dtype=np.int64)
+    return np.where(starts >= 0, np.minimum(starts, lengths), lengths)
 
 
 def training_example(
