@@ -63,6 +63,7 @@ class GenerationResult:
     completion_tokens: int
     cached_tokens: int = 0
     error: str | None = None  # set when the engine failed this sample (finish_reason "abort")
+    retractions: int = 0  # SGLang's num_retractions: times it was retracted to free KV memory
 
 
 @dataclass(frozen=True)

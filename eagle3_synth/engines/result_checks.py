@@ -112,6 +112,9 @@ def check_result(request: GenerationRequest, response: Any, source: str,
             raise _violation(request, source, f"stopped on token {matched} but the output ends with {output_ids[-1]} "
                                               "(the stop token must be kept, last)")
     cached = meta.get("cached_tokens")
+    # Times the scheduler took the request out of the running batch to free KV memory and ran it
+    # again later (sglang 0.5.23 srt/managers/tokenizer_manager.py:2507-2512): KV thrashing.
+    retractions = meta.get("num_retractions")
     return GenerationResult(
         sample_id=request.sample_id,
         output_ids=output_ids,
@@ -119,4 +122,5 @@ def check_result(request: GenerationRequest, response: Any, source: str,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         cached_tokens=cached if isinstance(cached, int) else 0,
+        retractions=retractions if isinstance(retractions, int) and not isinstance(retractions, bool) else 0,
     )

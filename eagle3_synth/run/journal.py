@@ -64,6 +64,8 @@ def encode_result(result: GenerationResult, *, continues: bool = False, prompt: 
         "cached_tokens": result.cached_tokens,
         "error": result.error,
     })
+    if result.retractions:
+        record["retractions"] = result.retractions
     if prompt is not None:
         record["prompt_ids"] = prompt.prompt_ids
         record["messages"] = prompt.messages

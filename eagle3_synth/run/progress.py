@@ -66,6 +66,9 @@ class RunSummary:
     # context or the KV budget (SGLang's scheduler does, silently): valid rows, counted apart.
     max_new_tokens: int | None = None
     short_lengths: int = 0
+    # SGLang retracted requests to free KV memory (num_retractions, summed): KV thrashing.
+    retractions: int = 0
+    retracted_samples: int = 0
     # On-policy conversations: why each rollout finished in this call (`prompts.turns.ENDINGS`).
     endings: Counter = field(default_factory=Counter)
 
@@ -77,6 +80,8 @@ class RunSummary:
         self.prompt_tokens += result.prompt_tokens
         self.output_tokens += result.completion_tokens
         self.cached_tokens += result.cached_tokens
+        self.retractions += result.retractions
+        self.retracted_samples += result.retractions > 0
         if result.finish_reason == "abort":
             self.errors.append(f"sample_id {result.sample_id}: {result.error or 'aborted by the engine'}")
 
@@ -91,6 +96,10 @@ class RunSummary:
             f"{format_duration(self.seconds)} in all",
             "  finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items())) or "none"),
         ]
+        if self.retractions:
+            lines.append(f"  {self.retracted_samples} samples were retracted {self.retractions} times in all (SGLang "
+                         "freed KV memory by pausing them: KV thrashing; lower the window, max_running_requests or "
+                         "mem_fraction_static's pressure, see README's tuning table)")
         if set(self.endings) - {"source_end"}:  # a conversation ended before its source did
             lines.append("  conversations ended: " + ", ".join(f"{k}={v}" for k, v in sorted(self.endings.items())))
         if self.short_lengths:
@@ -157,6 +166,8 @@ class Progress:
         if in_flight is not None:
             parts.append(f"in flight {in_flight}")
         parts.append(f"ETA {format_duration(left / rate)}" if rate else "ETA ?")
+        if s.retractions:
+            parts.append(f"retractions {s.retractions}")
         if s.errors:
             parts.append(f"errors {len(s.errors)}")
         return " | ".join(parts)

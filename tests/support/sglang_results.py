@@ -11,7 +11,7 @@ from typing import Any
 
 
 def finished(rid: str, prompt_len: int, output_ids: list[int], finish_reason: dict[str, Any],
-             cached_tokens: int = 0, text: str | None = None) -> dict[str, Any]:
+             cached_tokens: int = 0, text: str | None = None, retractions: int = 0) -> dict[str, Any]:
     """A finished request: meta_info keys in the order SGLang fills them."""
     result: dict[str, Any] = {} if text is None else {"text": text}
     result["output_ids"] = list(output_ids)
@@ -20,7 +20,7 @@ def finished(rid: str, prompt_len: int, output_ids: list[int], finish_reason: di
         "finish_reason": finish_reason,
         "prompt_tokens": prompt_len,
         "weight_version": "default",
-        "num_retractions": 0,
+        "num_retractions": retractions,
         "reasoning_tokens": 0,
         "completion_tokens": len(output_ids),
         "cached_tokens": cached_tokens,

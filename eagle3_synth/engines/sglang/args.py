@@ -15,6 +15,7 @@ import json
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from eagle3_synth.errors import ConfigError
@@ -159,3 +160,24 @@ def engine_kwargs(options: EngineOptions, fields: Iterable[FieldSpec]) -> dict[s
         "skip_tokenizer_init": True,
         "trust_remote_code": options.trust_remote_code,
     }
+
+
+def is_vision_language(model_path: str) -> bool:
+    """Whether a model folder's config.json describes a vision-language model (a `vision_config`,
+    as Kimi-K2.5 and Qwen-VL keep their encoder's settings)."""
+    path = Path(model_path) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+
+
+def language_model_only_hint(kwargs: dict[str, Any]) -> str | None:
+    """A suggestion for a vision-language target launched without `language_model_only`: prompts
+    here are text, and sglang 0.5.23 then never builds the vision tower, leaving its GPU memory to
+    the KV cache (srt/arg_groups/fields/disagg.py:140-146)."""
+    if kwargs.get("language_model_only") or kwargs.get("language_only") or not is_vision_language(kwargs["model_path"]):
+        return None
+    return (f"{kwargs['model_path']} is a vision-language model and every prompt here is text: "
+            "--engine-arg language_model_only=true skips its vision encoder and leaves that GPU memory to the KV cache")

@@ -30,7 +30,7 @@ from eagle3_synth.errors import ConfigError, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy
-from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, server_args_fields
+from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
 from eagle3_synth.engines.sglang.processes import bind_loop_keep_sigterm, callers_sigterm, guarded_shutdown, owned_children
 from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity
@@ -164,6 +164,9 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
     check_spawn_safe()
     kwargs = engine_kwargs(options, fields)
     check_not_a_follower(kwargs)
+    hint = language_model_only_hint(kwargs)
+    if hint:
+        log.warning("%s", hint)
     if options.max_in_flight is not None:
         check_window_size(options.max_in_flight)  # before minutes of model loading, not after
     retry = RetryPolicy(max_retries=options.max_retries)
