@@ -18,6 +18,7 @@ COMMANDS = {
     "validate": "validate",
     "export": "export",
     "vocab": "vocab",
+    "plan": "plan",
     "publish": "publish",
     "doctor": "doctor",
 }
