@@ -18,7 +18,7 @@ from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.prompts.turns import parse_kwarg_mix
 from eagle3_synth.run.directory import run_dir_under
 from eagle3_synth.run.progress import RunSummary
-from eagle3_synth.run.settings import GenerationSettings
+from eagle3_synth.run.settings import PRIORITIES, GenerationSettings
 from eagle3_synth.run.spec import SamplingSpec
 
 
@@ -108,6 +108,10 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     engine.add_argument("--max-in-flight", type=int, help="sglang engines: a fixed number of requests in flight "
                         "(default: follow the engine's load, from what it runs at once up to twice that; "
                         "sglang-http without /v1/loads or server capacity, e.g. a router: 256)")
+    engine.add_argument("--priority", choices=PRIORITIES, default=GenerationSettings.priority,
+                        help="sglang engines: turns-left sends each request the turns its conversation may still "
+                        "have as its priority, so SGLang runs long conversations' turns first (the engine gets "
+                        "enable_priority_scheduling; an sglang-http server must have it); default none")
     engine.add_argument("--request-timeout", type=float, default=GenerationSettings.request_timeout, metavar="SECONDS",
                         help="sglang-http: idle timeout: retry a request when no data arrived for this long "
                         "(the wait for the first token counts; a request that streams is never cut off; "
@@ -183,6 +187,7 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         max_in_flight=args.max_in_flight,
         request_timeout=args.request_timeout,
         max_retries=args.max_retries,
+        priority=args.priority,
         run_dir=run_dir,
         num_shards=getattr(args, "num_shards", GenerationSettings.num_shards),
         shard_index=getattr(args, "shard_index", GenerationSettings.shard_index),

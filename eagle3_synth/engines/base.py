@@ -50,6 +50,8 @@ class SamplingParams:
 class GenerationRequest:
     sample_id: int
     prompt_ids: list[int]
+    # SGLang priority scheduling (higher first); None = the server's default. Never changes an id.
+    priority: int | None = None
 
 
 @dataclass
@@ -83,6 +85,9 @@ class EngineOptions:
     request_timeout_s: float = 3600.0  # sglang-http: idle timeout (no data for this long); covers the queue wait before the first token
     max_retries: int = 8  # sglang engines: retries of a transient failure (connection, timeout, 5xx)
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # sglang engines: send each request's priority (`--priority`): the engine runs with, and a
+    # server must have, enable_priority_scheduling.
+    priority: bool = False
 
 
 def take_requests(requests: Iterator["GenerationRequest | None"], most: int, holding: int = 0

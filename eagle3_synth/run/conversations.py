@@ -54,8 +54,12 @@ class Turn:
     def sample_id(self) -> int:
         return self.rollout.sample_id + self.turn
 
-    def request(self) -> GenerationRequest:
-        return GenerationRequest(self.sample_id, self.prompt_ids)
+    def request(self, priority: bool = False) -> GenerationRequest:
+        """The engine request; with `priority`, the turns its rollout may still have (this one
+        included), so SGLang's priority scheduling runs long conversations' turns first and the
+        last conversations do not trail alone at the end (BENCHMARKS.md, dependent turns)."""
+        return GenerationRequest(self.sample_id, self.prompt_ids,
+                                 self.rollout.turns - self.turn if priority else None)
 
     def journaled_prompt(self) -> TurnPrompt | None:
         """What the journal keeps of this turn's prompt: nothing for a first turn (prompts.jsonl has it)."""
@@ -169,8 +173,9 @@ class TurnFeed:
     `push` its follow-up. Past `deadline` it hands out nothing more, so the engine drains."""
 
     def __init__(self, starts: Iterator[Turn], deadline: float | None = None,
-                 on_deadline: Callable[[], None] | None = None):
+                 on_deadline: Callable[[], None] | None = None, priority: bool = False):
         self.starts = starts
+        self.priority = priority
         self.deadline = deadline
         self.on_deadline = on_deadline
         self.follow: deque[Turn] = deque()
@@ -195,7 +200,7 @@ class TurnFeed:
             self.ended = True
             raise StopIteration
         self.active[turn.sample_id] = turn
-        return turn.request()
+        return turn.request(self.priority)
 
     def take(self, sample_id: int, engine: str) -> Turn:
         turn = self.active.pop(sample_id, None)

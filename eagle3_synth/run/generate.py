@@ -228,7 +228,7 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
                 with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal, \
                         index.reader(run.fs) as read:
                     starts = starting_turns(run.iter_prompts(keep=todo.__contains__), states, read, next_turns)
-                    feed = TurnFeed(starts, deadline, stop_at_deadline)
+                    feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.engine_options.priority)
                     for result in engine.generate(feed, _sampling_params(spec.sampling, markers)):
                         turn = feed.take(result.sample_id, options.engine)
                         following = next_turns.after(turn, result.output_ids, result.finish_reason)

@@ -43,6 +43,8 @@ def _strings(value: Any, name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+PRIORITIES = ("none", "turns-left")
+
 @dataclass
 class GenerationSettings:
     """Every setting of a generating command, flat; see the module doc for names and checks."""
@@ -113,6 +115,9 @@ class GenerationSettings:
     max_in_flight: int | None = EngineOptions.max_in_flight
     request_timeout: float = EngineOptions.request_timeout_s
     max_retries: int = EngineOptions.max_retries
+    # sglang engines: "turns-left" sends each request the turns its conversation may still have as
+    # its priority (SGLang's priority scheduling: long conversations' turns first); "none".
+    priority: str = "none"
     # -- run --
     # Where results are journaled: a local path or any fsspec URL; None = the caller's default.
     run_dir: str | None = None
@@ -134,6 +139,11 @@ class GenerationSettings:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{name} must be a mapping of names to values, got {value!r}")
             setattr(self, name, dict(value))
+        if self.priority not in PRIORITIES:
+            raise ConfigError(f"--priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
+        if self.priority != "none" and not self.engine.startswith("sglang"):
+            raise ConfigError(f"--priority applies to the sglang engines only (SGLang's priority scheduling), "
+                              f"not --engine {self.engine}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of {sorted(ENGINES)}")
         given = [name for name, on in (("--prompts", self.prompts), ("--source-file", self.source_files),
@@ -228,6 +238,7 @@ class GenerationSettings:
                 request_timeout_s=self.request_timeout,
                 max_retries=self.max_retries,
                 engine_args=dict(self.engine_args),
+                priority=self.priority == "turns-left",
             ),
             shard=Shard(index=self.shard_index, count=self.num_shards),
             max_hours=self.max_hours,

@@ -67,6 +67,8 @@ FIELDS = [
     FieldSpec("cuda_graph_bs_decode", Annotated[Optional[List[int]], "Explicit list of batch sizes to capture."]),
     FieldSpec("json_model_override_args", Annotated[str, "A dictionary in JSON string format."]),
     FieldSpec("enable_deterministic_inference", Annotated[bool, "Enable deterministic inference mode."]),
+    FieldSpec("enable_priority_scheduling", Annotated[bool, "Enable priority scheduling. Requests with higher priority "
+                                                            "integer values will be scheduled first by default."]),
 ]
 FIELD_NAMES = {f.name for f in FIELDS}
 STOP = (2034, 2033)  # <|im_end|>, [EOS] of the kimi fixture tokenizer

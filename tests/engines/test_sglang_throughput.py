@@ -1,15 +1,25 @@
-"""Throughput signals: SGLang's `num_retractions` (KV thrashing) reported; the language_model_only hint."""
+"""Throughput: SGLang's `num_retractions` (KV thrashing) reported, the language_model_only hint, `--priority`."""
 
 from __future__ import annotations
 
 import io
 import json
 
+import pytest
+
+from eagle3_synth.contract.row import PreparedPrompt
+from eagle3_synth.engines import GenerationRequest
+from eagle3_synth.engines.sglang.args import language_model_only_hint
+from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.run.conversations import Turn, TurnFeed
 from eagle3_synth.run.journal import encode_result
 from eagle3_synth.run.progress import Progress, RunSummary
 
 from ..support import sglang_results as R
+from ..support.sglang_server import DeterministicBackend, SGLangLoopbackServer
 from .test_sglang_engine import PARAMS, STOP, Reply, body_ids, launch, requests  # noqa: F401 - the fixture
+from .test_sglang_http import serve  # noqa: F401 - the fixture
 
 
 def test_retractions_are_read_journaled_and_reported(launch):  # noqa: F811
@@ -31,8 +41,6 @@ def test_retractions_are_read_journaled_and_reported(launch):  # noqa: F811
 
 
 def test_a_vision_language_target_gets_the_language_model_only_hint(tmp_path):
-    from eagle3_synth.engines.sglang.args import language_model_only_hint
-
     vlm = tmp_path / "kimi"
     vlm.mkdir()
     (vlm / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"],
@@ -44,3 +52,35 @@ def test_a_vision_language_target_gets_the_language_model_only_hint(tmp_path):
     text_only.mkdir()
     (text_only / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
     assert language_model_only_hint({"model_path": str(text_only)}) is None
+
+
+def test_priority_turns_left_reaches_the_engine_and_needs_priority_scheduling(launch, tmp_path):  # noqa: F811
+    rollout = PreparedPrompt(sample_id=10, source_id="", prompt_ids=[5, 6], messages=[], tools=None, turns=4)
+    feed = TurnFeed(iter([Turn(rollout, 1, [5, 6, 7], [])]), priority=True)
+    assert next(feed).priority == 3  # turns 1, 2 and 3 may still come
+    assert next(iter(TurnFeed(iter([Turn(rollout, 0, [5, 6], [])])))).priority is None
+
+    engine = launch(lambda ids, sp: Reply(R.finished("x", len(ids), body_ids(ids) + [STOP[0]], R.stop_reason(STOP[0]))),
+                    priority=True)
+    assert engine.engine.server_args["enable_priority_scheduling"] is True
+    results = list(engine.generate([GenerationRequest(0, [101, 7], priority=5), GenerationRequest(1, [102, 7])], PARAMS))
+    assert all(r.error is None for r in results)
+    assert {c["priority"] for c in engine.engine.calls} == {5, None}
+
+
+def test_http_priority_refuses_a_server_without_priority_scheduling(serve):  # noqa: F811
+    plain = serve(SGLangLoopbackServer(DeterministicBackend()))
+    engine = SGLangHTTPEngine((plain.url,), priority=True)
+    try:
+        with pytest.raises(ConfigError, match="--priority needs a server started with --enable-priority-scheduling"):
+            engine.check_servers()
+    finally:
+        engine.close()
+    server = SGLangLoopbackServer(DeterministicBackend(), server_args={"enable_priority_scheduling": True})
+    engine = SGLangHTTPEngine((serve(server).url,), priority=True, max_in_flight=4)
+    try:
+        engine.check_servers()
+        results = list(engine.generate([GenerationRequest(0, [11, 12], priority=2)], PARAMS))
+        assert results[0].error is None and server.priorities == [2]
+    finally:
+        engine.close()

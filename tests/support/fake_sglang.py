@@ -269,7 +269,12 @@ class Engine:
         if rid in self._live_rids:
             raise ValueError(f"Duplicate request ID detected: {rid}")
         self._live_rids.add(rid)
-        self.calls.append({"input_ids": list(input_ids), "sampling_params": sampling, "rid": rid, "stream": stream})
+        if priority is not None and not self.server_args.get("enable_priority_scheduling"):
+            # srt/managers/scheduler.py:3522-3543: aborted with 503 when the engine has no priority scheduling
+            raise HTTPException(503, "Using priority is disabled for this server. Please send a new request without "
+                                     "a priority.")
+        self.calls.append({"input_ids": list(input_ids), "sampling_params": sampling, "rid": rid, "stream": stream,
+                           "priority": priority})
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         try:

@@ -243,6 +243,7 @@ class SGLangLoopbackServer:
         self.capacity_per_rank = capacity_per_rank
         self.serve_loads = serve_loads
         self.load_reads = 0
+        self.priorities: list[int | None] = []  # each /generate request's priority
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30, middlewares=[self.auth])
@@ -375,6 +376,11 @@ class SGLangLoopbackServer:
         input_ids = body.get("input_ids")
         rid = str(body.get("rid") or f"loopback-{len(self.rids)}")
         self.rids.append(rid)
+        self.priorities.append(body.get("priority"))
+        if body.get("priority") is not None and not self.server_args.get("enable_priority_scheduling"):
+            # srt/managers/scheduler.py:3522-3543: aborted with 503 without priority scheduling
+            return self._respond(503, {"error": {"message": "Using priority is disabled for this server. Please "
+                                                            "send a new request without a priority."}})
         if isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list):  # a batch
             results = await asyncio.gather(*(self._one(ids, sampling, f"{rid}_{i}") for i, ids in enumerate(input_ids)))
             bad = next((r for r in results if r[0] != 200), None)

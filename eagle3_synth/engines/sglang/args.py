@@ -154,12 +154,20 @@ def engine_kwargs(options: EngineOptions, fields: Iterable[FieldSpec]) -> dict[s
     """Keyword arguments for `sglang.Engine`: our fixed ones plus the typed --engine-args."""
     if not options.model:
         raise ConfigError("--engine sglang needs --model PATH (the model folder SGLang loads)")
-    return {
+    kwargs = {
         **type_engine_args(options.engine_args, fields),
         "model_path": options.model,
         "skip_tokenizer_init": True,
         "trust_remote_code": options.trust_remote_code,
     }
+    if options.priority:
+        # A priority sent to an engine without it is aborted with 503 "Using priority is disabled
+        # for this server" (sglang 0.5.23 srt/managers/scheduler.py:3522-3543).
+        if kwargs.get("enable_priority_scheduling") is False:
+            raise ConfigError("--priority needs enable_priority_scheduling; drop --engine-arg "
+                              "enable_priority_scheduling=false or --priority")
+        kwargs["enable_priority_scheduling"] = True
+    return kwargs
 
 
 def is_vision_language(model_path: str) -> bool:

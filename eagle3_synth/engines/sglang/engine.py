@@ -93,6 +93,7 @@ class SGLangEngine(WindowedEngine):
                 input_ids=list(request.prompt_ids),
                 sampling_params=copy.deepcopy(sampling),
                 rid=self._rids(request.sample_id, attempt),
+                **({"priority": request.priority} if request.priority is not None else {}),
             )
         except Exception as exc:
             # SGLang raises ValueError for a bad request (400) and fastapi.HTTPException for

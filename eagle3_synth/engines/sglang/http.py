@@ -43,9 +43,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
@@ -54,13 +52,13 @@ from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
 from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid, is_transient_status, merge_chunk, result_with_retries, sglang_sampling_params, stream_status
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity
+from eagle3_synth.engines.sglang.urls import UrlPool, normalize_urls
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 256
 CONNECT_TIMEOUT_S = 30.0
-URL_COOLDOWN_S = 10.0
 HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
 HEALTH_POLL_S = 2.0
 # Tokens per streamed chunk after the first (sent at once): sglang 0.5.23
@@ -86,48 +84,6 @@ class ConnectionFailure(TransientEngineError):
     """The server could not be reached at all (refused, reset before answering, connect timeout)."""
 
 
-def normalize_urls(urls: Iterable[str]) -> tuple[str, ...]:
-    """Base URLs without a trailing slash; a missing scheme or a path such as /generate is an error."""
-    result = []
-    for url in urls:
-        parts = urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"--url {url!r}: expected http://HOST:PORT of an SGLang server or router")
-        if parts.path.rstrip("/"):
-            raise ConfigError(f"--url {url!r}: give the server's base URL, without {parts.path!r}")
-        result.append(f"{parts.scheme}://{parts.netloc}")
-    if not result:
-        raise ConfigError("--engine sglang-http needs --url http://HOST:PORT (repeat it for several servers)")
-    return tuple(result)
-
-
-class UrlPool:
-    """Round-robin over the URLs, skipping one that refused a connection in the last cooldown."""
-
-    def __init__(self, urls: tuple[str, ...], cooldown_s: float = URL_COOLDOWN_S):
-        self.urls = urls
-        self.cooldown_s = cooldown_s
-        self._next = 0
-        self._down_until: dict[str, float] = {}
-
-    def pick(self) -> str:
-        now = time.monotonic()
-        for _ in range(len(self.urls)):
-            url = self.urls[self._next % len(self.urls)]
-            self._next += 1
-            if self._down_until.get(url, 0.0) <= now:
-                return url
-        # All are cooling down: the one that comes back first.
-        return min(self.urls, key=lambda u: self._down_until.get(u, 0.0))
-
-    def mark_down(self, url: str) -> None:
-        if len(self.urls) > 1:
-            self._down_until[url] = time.monotonic() + self.cooldown_s
-
-    def mark_up(self, url: str) -> None:
-        self._down_until.pop(url, None)
-
-
 class SGLangHTTPEngine(WindowedEngine):
     def __init__(
         self,
@@ -140,6 +96,7 @@ class SGLangHTTPEngine(WindowedEngine):
         health_timeout_s: float = HEALTH_TIMEOUT_S,
         health_poll_s: float = HEALTH_POLL_S,
         load_driven: bool = False,
+        priority: bool = False,
     ):
         if request_timeout_s <= 0:
             raise ConfigError(f"--request-timeout must be > 0 seconds, got {request_timeout_s}")
@@ -157,6 +114,7 @@ class SGLangHTTPEngine(WindowedEngine):
         self.limits = ContextLimits()  # set from the servers' info by check_servers()
         # With no --max-in-flight the window follows the servers' /v1/loads (loads.py), from check_servers().
         self.load_driven = load_driven
+        self.priority = priority
         self._capacities: list[int | None] = []
 
     def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
@@ -231,7 +189,7 @@ class SGLangHTTPEngine(WindowedEngine):
         url = self.urls.pick()
         rid = self._rids(request.sample_id, attempt)
         payload = {"input_ids": request.prompt_ids, "sampling_params": {**sampling, "stream_interval": STREAM_INTERVAL},
-                   "rid": rid, "stream": True}
+                   "rid": rid, "stream": True, **({"priority": request.priority} if request.priority is not None else {})}
         status, data = await self._post_stream(url, payload)
         self.urls.mark_up(url)
         if status == 200:
@@ -322,6 +280,9 @@ class SGLangHTTPEngine(WindowedEngine):
         elif info.get("skip_tokenizer_init") is not True:
             raise ConfigError(f"--url {url}: the server runs with skip_tokenizer_init={info.get('skip_tokenizer_init')!r}; "
                               "restart it with --skip-tokenizer-init (prompts go in as token ids, output ids come back untouched)")
+        if self.priority and info.get("enable_priority_scheduling") is not True:
+            raise ConfigError(f"--url {url}: --priority needs a server started with --enable-priority-scheduling "
+                              "(without it SGLang aborts every request that has a priority, scheduler.py:3522-3543)")
         if info.get("allow_auto_truncate"):
             raise ConfigError(f"--url {url}: the server runs with --allow-auto-truncate: {AUTO_TRUNCATE_REFUSED}; restart it without")
         served = info.get("model_path")
@@ -387,6 +348,7 @@ def create(options: EngineOptions) -> SGLangHTTPEngine:
         options.urls,
         max_in_flight=DEFAULT_MAX_IN_FLIGHT if options.max_in_flight is None else options.max_in_flight,
         load_driven=options.max_in_flight is None,
+        priority=options.priority,
         request_timeout_s=options.request_timeout_s,
         retry=RetryPolicy(max_retries=options.max_retries),
         model=options.model,
