@@ -27,7 +27,8 @@ from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
 from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
 from eagle3_synth.timestamps import utc_timestamp
-from eagle3_synth.run.conversations import DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, rollout_states, starting_turns
+from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, grouped_by_prefix,
+                                             rollout_states, starting_turns)
 from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
@@ -228,6 +229,8 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
                 with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal, \
                         index.reader(run.fs) as read:
                     starts = starting_turns(run.iter_prompts(keep=todo.__contains__), states, read, next_turns)
+                    if getattr(engine, "groups_prefixes", False):  # engines with a prefix cache (SGLang)
+                        starts = grouped_by_prefix(starts)
                     feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.engine_options.priority)
                     for result in engine.generate(feed, _sampling_params(spec.sampling, markers)):
                         turn = feed.take(result.sample_id, options.engine)

@@ -16,10 +16,12 @@ from transformers import AutoTokenizer
 
 from eagle3_synth.cli import main
 from eagle3_synth.contract.profiles import get_profile
+from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.run.conversations import Turn, grouped_by_prefix
 from eagle3_synth.run.directory import RunDirectory
 
 from ..conftest import TINY_MODEL
@@ -289,3 +291,17 @@ def test_specforge_carries_each_rows_template_kwargs_as_columns(tmp_path):
     assert {r["thinking"] for r in records} == {True, False}
     for record in records:
         assert {"thinking": record["thinking"]} == json.loads(by_id[record["id"]]["template_kwargs"])
+
+
+def test_turns_sharing_a_system_prompt_and_tools_are_handed_out_together():
+    def turn(sample_id, system, tools):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": "q"}]
+        rollout = PreparedPrompt(sample_id, "", [sample_id], messages, tools)
+        return Turn(rollout, 0, [sample_id], messages)
+
+    weather, news = [WEATHER], [FORECAST]
+    turns = [turn(0, "a", weather), turn(1, "b", news), turn(2, "a", weather), turn(3, None, None),
+             turn(4, "b", news), turn(5, "a", news), turn(6, "a", weather)]
+    assert [t.sample_id for t in grouped_by_prefix(iter(turns))] == [0, 2, 6, 1, 4, 3, 5]
+    # Never more than `lookahead` held: the oldest group leaves when it is full.
+    assert [t.sample_id for t in grouped_by_prefix(iter(turns), lookahead=3)] == [0, 2, 1, 4, 3, 5, 6]

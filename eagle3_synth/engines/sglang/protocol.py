@@ -140,6 +140,8 @@ class WindowedEngine:
     """
 
     _window: InFlightWindow
+    # Requests sharing a system prompt and tools are best sent together (SGLang's radix cache).
+    groups_prefixes = True
 
     @property
     def in_flight(self) -> int:
