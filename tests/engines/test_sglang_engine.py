@@ -180,8 +180,8 @@ def test_launch_passes_token_id_mode_and_typed_args(launch):
         "tp_size": 2, "mem_fraction_static": 0.8, "log_level": "error",
     }
     # No --max-in-flight: the window starts at the engine's running-request capacity (its server
-    # info) and follows its load up to twice that.
-    assert engine.max_in_flight == 100 and engine._window.sizer.ceiling == 200
+    # info), at most 64 per rank, and follows its load up to twice the capacity.
+    assert engine.max_in_flight == 64 and engine._window.sizer.ceiling == 200
 
 
 def test_launch_without_model_is_a_config_error():

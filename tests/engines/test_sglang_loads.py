@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from eagle3_synth.engines import SamplingParams
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
-from eagle3_synth.engines.sglang.loads import (MAX_QUEUE_PER_RANK, QUEUE_PER_RANK, EngineLoad, LoadDrivenSize,
-                                               running_capacity, window_size)
+from eagle3_synth.engines.sglang.loads import (MAX_QUEUE_PER_RANK, QUEUE_PER_RANK, START_PER_RANK, EngineLoad,
+                                               LoadDrivenSize, running_capacity, start_size, window_size)
 
 from ..support.sglang_server import DeterministicBackend, SGLangLoopbackServer
 from .test_sglang_engine import FAST_RETRY, Reply, launch, requests, stop_reply  # noqa: F401 - the fixture
@@ -30,8 +30,22 @@ def test_window_is_what_runs_plus_a_short_queue_and_grows_while_nothing_waits():
     assert window_size(small, current=100, ceiling=4096) == 10 + QUEUE_PER_RANK * 2
     huge = EngineLoad(running=100_000, waiting=10, ranks=2, token_usage=0.5)
     assert window_size(huge, current=10, ceiling=1 << 20) == 100_000 + MAX_QUEUE_PER_RANK * 2
-    hungry = EngineLoad(running=40, waiting=0, ranks=1, token_usage=0.2)
+    hungry = EngineLoad(running=40, waiting=0, ranks=1, token_usage=0.2, hungry=1)
     assert window_size(hungry, current=48, ceiling=4096) == 96 and window_size(hungry, current=48, ceiling=60) == 60
+    # A hungry rank grows the window, but never past MAX_QUEUE_PER_RANK waiting per rank.
+    assert window_size(EngineLoad(10, 0, 1, 0.05, hungry=1), current=512, ceiling=4096) == 10 + MAX_QUEUE_PER_RANK
+    # One rank of eight starving while others queue (requests are spread over the ranks): grow.
+    uneven = EngineLoad(running=400, waiting=90, ranks=8, token_usage=0.99, hungry=1)
+    assert window_size(uneven, current=490, ceiling=4096) == 400 + MAX_QUEUE_PER_RANK * 8
+    snapshots = [{"num_running_reqs": 50, "num_waiting_reqs": 0, "token_usage": 0.5},
+                 {"num_running_reqs": 60, "num_waiting_reqs": 9, "token_usage": 0.99},
+                 {"num_running_reqs": 70, "num_waiting_reqs": 0, "token_usage": 0.97}]
+    assert EngineLoad.from_snapshots(snapshots) == EngineLoad(180, 9, 3, 0.99, hungry=1)
+
+
+def test_a_load_driven_window_starts_at_most_64_per_rank():
+    assert start_size(8 * 2048, ranks=8, ceiling=32768) == 8 * START_PER_RANK  # unset max_running_requests
+    assert start_size(8 * 16, ranks=8, ceiling=1000) == 128 and start_size(None, ranks=2, ceiling=100) == 100
 
 
 def test_load_is_read_at_most_every_interval_and_unreadable_load_keeps_the_size():
@@ -82,7 +96,8 @@ def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):  # noqa:
         engine.check_servers()
         engine._window.sizer.every = 0.0
         assert len(list(engine.generate(random_requests(20), PARAMS))) == 20
-        assert engine._window.sizer.last_load is None and engine.max_in_flight == 256
+        # (capacity 256 on one rank: a start of 64, the most per rank; a ceiling of 512)
+        assert engine._window.sizer.last_load is None and engine.max_in_flight == 64
     finally:
         engine.close()
 

@@ -183,6 +183,86 @@ class ContinuousBatchingModel:
         }
 
 
+class KVBoundedModel:
+    """A model of an engine whose running set is bounded by KV memory, with `ranks` attention-DP
+    schedulers (not a real engine), for the scheduling benchmark.
+
+    Requests go to the ranks in turn (round robin); a rank runs a request while its KV holds the
+    request's prompt + output tokens (`kv_tokens` per rank; sglang reserves by its estimate and
+    retracts when wrong, this model knows the length), the rest wait. Each request then takes
+    (output tokens x `per_token_s`). Lengths as `ContinuousBatchingModel`. `reported_capacity` is
+    what the server info says each rank runs at once (sglang's `effective_max_running_requests_per_dp`:
+    `max_running_requests`, or 2,048-4,096 when unset, whatever KV memory really holds).
+    """
+
+    def __init__(self, ranks: int = 8, kv_tokens: int = 200_000, per_token_s: float = 0.001,
+                 median_tokens: float = 500.0, sigma: float = 1.2, reported_capacity: int = 2048):
+        self.ranks, self.kv_tokens, self.per_token_s = ranks, kv_tokens, per_token_s
+        self.lengths = ContinuousBatchingModel(median_tokens=median_tokens, sigma=sigma)
+        self.reported_capacity = reported_capacity
+        self.used = [0] * ranks
+        self.running = [0] * ranks
+        self.waiting = [0] * ranks
+        self.events: list[tuple[float, int]] = []  # (time, +tokens admitted / -tokens released)
+        self._conditions: list[asyncio.Condition] | None = None
+        self._next = 0
+
+    def loads(self) -> list[dict[str, Any]]:
+        """Per rank, the core fields of sglang's LoadSnapshot (srt/managers/load_snapshot.py:196-217)."""
+        return [{"dp_rank": r, "num_running_reqs": self.running[r], "num_waiting_reqs": self.waiting[r],
+                 "token_usage": self.used[r] / self.kv_tokens, "max_running_requests": self.reported_capacity}
+                for r in range(self.ranks)]
+
+    async def generate(self, input_ids: list[int], sampling: dict[str, Any]) -> Output:
+        if self._conditions is None:
+            self._conditions = [asyncio.Condition() for _ in range(self.ranks)]
+        rank, self._next = self._next % self.ranks, self._next + 1
+        cap = sampling["max_new_tokens"]
+        length = self.lengths.length_of(input_ids, cap)
+        need = min(len(input_ids) + length, self.kv_tokens)
+        condition = self._conditions[rank]
+        async with condition:
+            self.waiting[rank] += 1
+            await condition.wait_for(lambda: self.used[rank] + need <= self.kv_tokens)
+            self.waiting[rank] -= 1
+            self.used[rank] += need
+            self.running[rank] += 1
+            self.events.append((time.monotonic(), need))
+        await asyncio.sleep(length * self.per_token_s)
+        async with condition:
+            self.used[rank] -= need
+            self.running[rank] -= 1
+            self.events.append((time.monotonic(), -need))
+            condition.notify_all()
+        ids = [1000 + (i % 1000) for i in range(length)]
+        stop = sampling["stop_token_ids"][0]
+        if length < cap:
+            ids[-1] = stop
+        return finish(ids, {stop}, cap)
+
+    def stats(self, until: float | None = None) -> dict[str, float]:
+        """Idle share of the KV memory (all ranks), over the run and up to the last admission (or
+        `until`, a time.monotonic() of the client's); the drain after it."""
+        if not self.events:
+            return {}
+        events = sorted(self.events)
+        start, end = events[0][0], events[-1][0]
+        last_admit = max(t for t, tokens in events if tokens > 0) if until is None else until
+        capacity = self.ranks * self.kv_tokens
+        busy = busy_before = 0.0
+        used, previous = 0, start
+        for t, tokens in events:
+            busy += used * (t - previous)
+            if t <= last_admit:
+                busy_before += used * (t - previous)
+            used += tokens
+            previous = t
+        span, before = end - start, last_admit - start
+        return {"wall_s": span, "idle_fraction": 1 - busy / (capacity * span) if span else 0.0,
+                "idle_before_drain": 1 - busy_before / (capacity * before) if before else 0.0,
+                "drain_s": end - last_admit, "requests": sum(1 for _, tokens in events if tokens > 0)}
+
+
 @dataclass(frozen=True)
 class Fault:
     """Applied to prompts with digest % every == offset, on their first `attempts` attempts."""
@@ -309,6 +389,9 @@ class SGLangLoopbackServer:
         """srt/entrypoints/v1_loads.py:96-150: per DP rank `LoadSnapshot.to_dict` ("core" fields,
         load_snapshot.py:196-217); the requests being answered, `capacity_per_rank` running per rank."""
         self.load_reads += 1
+        if hasattr(self.backend, "loads"):  # a model that knows what it runs and queues (KVBoundedModel)
+            return web.json_response({"timestamp": "", "version": "0.5.23", "accelerator": None,
+                                      "num_accelerators": 1, "loads": self.backend.loads()})
         ranks, capacity = self.ranks, self.capacity_per_rank
         running = min(self.running, capacity * ranks)
         waiting = self.running - running
@@ -628,23 +711,37 @@ def server_process(*args: str) -> Iterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="loopback SGLang /generate server for benchmarks")
-    parser.add_argument("--backend", choices=["instant", "batching"], default="instant")
+    parser.add_argument("--backend", choices=["instant", "batching", "kv"], default="instant")
+    parser.add_argument("--ranks", type=int, default=8, help="kv: attention-DP ranks (schedulers)")
+    parser.add_argument("--kv-tokens", type=int, default=200_000, help="kv: KV tokens per rank")
+    parser.add_argument("--reported-capacity", type=int, default=2048,
+                        help="kv: effective_max_running_requests_per_dp in the server info")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--slots", type=int, default=256)
     parser.add_argument("--per-token-ms", type=float, default=1.0)
     parser.add_argument("--median-tokens", type=float, default=500.0)
     parser.add_argument("--sigma", type=float, default=1.2)
     args = parser.parse_args()
+    server_args: dict[str, Any] = {}
+    capacity = 256
     if args.backend == "instant":
         backend: Any = DeterministicBackend(min_len=8, max_len=8)
+    elif args.backend == "kv":
+        backend = KVBoundedModel(ranks=args.ranks, kv_tokens=args.kv_tokens, per_token_s=args.per_token_ms / 1000,
+                                 median_tokens=args.median_tokens, sigma=args.sigma,
+                                 reported_capacity=args.reported_capacity)
+        # As sglang 0.5.23 reports attention DP: attn_dp_size=N, dp_size=1 (srt/arg_groups/parallel_hook.py:44-56).
+        server_args, capacity = {"attn_dp_size": args.ranks, "dp_size": 1}, args.reported_capacity
     else:
         backend = ContinuousBatchingModel(slots=args.slots, per_token_s=args.per_token_ms / 1000,
                                           median_tokens=args.median_tokens, sigma=args.sigma)
-    server = SGLangLoopbackServer(backend, cache=False)
+    server = SGLangLoopbackServer(backend, cache=False, server_args=server_args, capacity_per_rank=capacity)
     app = server.app()
 
     async def stats(request: web.Request) -> web.Response:
-        return web.json_response(backend.stats() if hasattr(backend, "stats") else {})
+        until = request.query.get("until")  # KVBoundedModel: idle up to this time.monotonic()
+        return web.json_response(backend.stats(**({"until": float(until)} if until else {}))
+                                 if hasattr(backend, "stats") else {})
 
     async def reset(request: web.Request) -> web.Response:
         if hasattr(backend, "events"):

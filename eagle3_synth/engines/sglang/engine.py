@@ -33,7 +33,7 @@ from eagle3_synth.engines.retry import RetryPolicy
 from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
 from eagle3_synth.engines.sglang.processes import bind_loop_keep_sigterm, callers_sigterm, guarded_shutdown, owned_children
 from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
-from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity
+from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,14 @@ def engine_capacity(engine: Any) -> int | None:
     except Exception as exc:  # an informational call; never worth failing a run for
         log.debug("could not read the engine's running-request capacity: %s", exc)
         return None
+
+
+def engine_ranks(engine: Any) -> int:
+    """The engine's DP ranks (schedulers), from its server info; 1 when unknown."""
+    try:
+        return running_ranks(engine.get_server_info())
+    except Exception:  # informational
+        return 1
 
 
 def default_max_in_flight(engine: Any) -> int:
@@ -74,7 +82,7 @@ class SGLangEngine(WindowedEngine):
         self._loop = loop
         # Load-driven (the default): start at what the engine runs, follow its load up to the ceiling.
         sizer = LoadDrivenSize(lambda: read_engine_load(engine, loop), max_in_flight) if load_driven else None
-        start = min(max_in_flight, engine_capacity(engine) or max_in_flight) if load_driven else max_in_flight
+        start = start_size(engine_capacity(engine), engine_ranks(engine), max_in_flight) if load_driven else max_in_flight
         self._window = InFlightWindow(loop, start, sizer)
         self._rids = RequestIds()
         self._closed = False

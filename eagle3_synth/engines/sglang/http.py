@@ -51,7 +51,7 @@ from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
 from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid, is_transient_status, merge_chunk, result_with_retries, sglang_sampling_params, stream_status
-from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity
+from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.urls import UrlPool, normalize_urls
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
@@ -116,6 +116,7 @@ class SGLangHTTPEngine(WindowedEngine):
         self.load_driven = load_driven
         self.priority = priority
         self._capacities: list[int | None] = []
+        self._ranks = 0
 
     def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
         """The longest prompt every server accepts with this max_new_tokens (None: unknown)."""
@@ -291,6 +292,7 @@ class SGLangHTTPEngine(WindowedEngine):
                         url, served, self.model)
         self.limits = self.limits.combine(ContextLimits.from_server_info(info))
         self._capacities.append(running_capacity(info))
+        self._ranks += running_ranks(info)
         log.info("%s serves %s (context %s, max input %s)", url, served or "an unnamed model",
                  info.get("context_length"), info.get("max_req_input_len"))
 
@@ -305,7 +307,7 @@ class SGLangHTTPEngine(WindowedEngine):
         if self.load_driven:
             known = len(self._capacities) == len(self.urls.urls) and None not in self._capacities
             ceiling = 2 * sum(self._capacities) if known else self._window.size
-            self._window.size = min(ceiling, sum(self._capacities)) if known else ceiling
+            self._window.size = start_size(sum(self._capacities) if known else None, self._ranks or 1, ceiling)
             self._window.sizer = LoadDrivenSize(self.read_loads, ceiling)
 
     def read_loads(self) -> EngineLoad | None:

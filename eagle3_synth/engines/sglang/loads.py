@@ -30,6 +30,8 @@ LOAD_POLL_S = 2.0  # how often the window reads the engine's load (between resul
 QUEUE_PER_RANK = 8  # the least kept waiting per DP rank, so a finished request is replaced at once
 MAX_QUEUE_PER_RANK = 64  # the most: well under lpm's 128-waiting fallback to first-come order
 FAILED_READS = 3  # reads failing in a row before the window stays where it is
+FULL_KV = 0.95  # a rank whose KV usage is above this takes nothing more, waiting or not
+START_PER_RANK = 64  # the most a load-driven window starts with per rank (capacity may read 2,048-4,096)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class EngineLoad:
     waiting: int
     ranks: int
     token_usage: float  # the fullest rank's KV usage, 0..1
+    # Ranks that could run more: nothing waiting there and KV not full. Requests are spread over
+    # the ranks, so one rank can starve while another queues.
+    hungry: int = 0
 
     @classmethod
     def from_snapshots(cls, loads: Sequence[Mapping[str, Any]]) -> "EngineLoad | None":
@@ -49,12 +54,21 @@ class EngineLoad:
         return cls(running=sum(int(load.get("num_running_reqs") or 0) for load in loads),
                    waiting=sum(int(load.get("num_waiting_reqs") or 0) for load in loads),
                    ranks=len(loads),
-                   token_usage=max(float(load.get("token_usage") or 0.0) for load in loads))
+                   token_usage=max(float(load.get("token_usage") or 0.0) for load in loads),
+                   hungry=sum(1 for load in loads if not load.get("num_waiting_reqs")
+                              and float(load.get("token_usage") or 0.0) < FULL_KV))
 
     def combine(self, other: "EngineLoad") -> "EngineLoad":
         """Two servers' loads as one (several --url)."""
         return EngineLoad(self.running + other.running, self.waiting + other.waiting, self.ranks + other.ranks,
-                          max(self.token_usage, other.token_usage))
+                          max(self.token_usage, other.token_usage), self.hungry + other.hungry)
+
+
+def running_ranks(info: Mapping[str, Any]) -> int:
+    """DP ranks (schedulers) of an engine: `dp_size` replicas x `attn_dp_size` attention-DP groups,
+    or the internal states it reports, one per scheduler."""
+    states = info.get("internal_states") or [{}]
+    return max(len(states), int(info.get("dp_size") or 1) * int(info.get("attn_dp_size") or 1))
 
 
 def running_capacity(info: Mapping[str, Any]) -> int | None:
@@ -63,18 +77,26 @@ def running_capacity(info: Mapping[str, Any]) -> int | None:
     per_rank = states[0].get("effective_max_running_requests_per_dp") if isinstance(states[0], Mapping) else None
     if not isinstance(per_rank, int) or isinstance(per_rank, bool) or per_rank <= 0:
         return None
-    ranks = max(len(states), int(info.get("dp_size") or 1) * int(info.get("attn_dp_size") or 1))
-    return per_rank * ranks
+    return per_rank * running_ranks(info)
+
+
+def start_size(capacity: int | None, ranks: int, ceiling: int) -> int:
+    """A load-driven window's first size: what the engine runs at once, at most START_PER_RANK per
+    rank (an unset max_running_requests reads thousands, far above what KV holds); it doubles from
+    there while the engine takes everything (`window_size`)."""
+    start = START_PER_RANK * max(ranks, 1) if capacity is None else min(capacity, START_PER_RANK * max(ranks, 1))
+    return max(1, min(ceiling, start))
 
 
 def window_size(load: EngineLoad, current: int, ceiling: int) -> int:
     """In flight next: what runs plus a queue of QUEUE_PER_RANK..MAX_QUEUE_PER_RANK per rank (a
-    quarter of what runs); doubled instead while nothing waits (the engine takes all it is given)."""
+    quarter of what runs). While some rank could run more (`hungry`), it grows instead -- doubling,
+    up to MAX_QUEUE_PER_RANK waiting per rank -- since what is sent is spread over every rank."""
     ranks = max(load.ranks, 1)
     queue = min(max(QUEUE_PER_RANK * ranks, load.running // 4), MAX_QUEUE_PER_RANK * ranks)
     target = load.running + queue
-    if load.waiting == 0:
-        target = max(target, 2 * current)
+    if load.hungry:
+        target = min(load.running + MAX_QUEUE_PER_RANK * ranks, max(target, 2 * current))
     return max(1, min(ceiling, target))
 
 
