@@ -18,8 +18,16 @@ sized for one rank of eight: the engine is underfed), and 2048, sglang's unset d
 what KV holds at these lengths: the static window queues thousands of requests, which still run
 after the stop). Reported: KV idle before the stop, requests queued at the stop, drain after it.
 
+Second part (`--radix`), a model of SGLang's prefix (radix) cache, not SGLang: B1-like prompts --
+`--groups` distinct system prompt + tools prefixes (`--prefix-tokens` each) shared by the prompts of
+a group, each with its own ~60-token question -- handed to an engine that holds the prefixes of the
+last `--cache-prefixes` distinct groups it served (LRU), in the order the run hands them out:
+shuffled (the source's order) vs grouped (`run.conversations.grouped_by_prefix`, what the SGLang
+engines use now). Reported: the share of prompt tokens served from the cache.
+
     python scripts/bench_window.py                          # both cases, 8 ranks
     python scripts/bench_window.py --reported-capacity 64   # one case
+    python scripts/bench_window.py --radix                  # the prefix-cache model only
 """
 
 from __future__ import annotations
@@ -76,6 +84,46 @@ def run(url: str, prompts: list[list[int]], stop_after: float, static: int | Non
     return {"done": done, "drain_s": ended - at_stop.get("stopped", ended), **at_stop}
 
 
+def radix(groups: int, per_group: int, prefix_tokens: int, cache_prefixes: int, seed: int = 0) -> list[str]:
+    """Prefix-cache hit rate of shuffled vs grouped submission (module doc)."""
+    from collections import OrderedDict
+
+    from eagle3_synth.contract.row import PreparedPrompt
+    from eagle3_synth.run.conversations import Turn, grouped_by_prefix
+
+    rng = random.Random(seed)
+    tools = [[{"type": "function", "function": {"name": f"tool_{g}"}}] for g in range(groups)]
+    turns = []
+    for g in range(groups):
+        for _ in range(per_group):
+            question = rng.randrange(40, 80)
+            messages = [{"role": "system", "content": f"system {g}"}, {"role": "user", "content": "q"}]
+            rollout = PreparedPrompt(len(turns), "", [g] * prefix_tokens + [7] * question, messages, tools[g])
+            turns.append(Turn(rollout, 0, rollout.prompt_ids, messages))
+    rng.shuffle(turns)
+
+    def hit_rate(order) -> float:
+        cache: OrderedDict[int, None] = OrderedDict()
+        cached = total = 0
+        for turn in order:
+            group = turn.prompt_ids[0]
+            total += len(turn.prompt_ids)
+            if group in cache:
+                cached += prefix_tokens
+                cache.move_to_end(group)
+            else:
+                cache[group] = None
+                if len(cache) > cache_prefixes:
+                    cache.popitem(last=False)
+        return cached / total
+
+    shuffled, grouped = hit_rate(turns), hit_rate(grouped_by_prefix(iter(turns)))
+    return [f"# prefix-cache model: {groups} groups x {per_group} prompts, {prefix_tokens}-token shared prefix, "
+            f"cache holds {cache_prefixes} prefixes",
+            "| submission | prompt tokens from the cache |", "|---|---|",
+            f"| shuffled (source order) | {shuffled:.1%} |", f"| grouped (grouped_by_prefix, lookahead 1,024) | {grouped:.1%} |"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=8)
@@ -86,7 +134,15 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=40_000)
     parser.add_argument("--reported-capacity", type=int, action="append",
                         help="effective_max_running_requests_per_dp the server reports (default: 64 and 2048)")
+    parser.add_argument("--radix", action="store_true", help="only the prefix-cache model (see the module doc)")
+    parser.add_argument("--groups", type=int, default=2000)
+    parser.add_argument("--per-group", type=int, default=6)
+    parser.add_argument("--prefix-tokens", type=int, default=400)
+    parser.add_argument("--cache-prefixes", type=int, default=200)
     args = parser.parse_args()
+    if args.radix:
+        print("\n".join(radix(args.groups, args.per_group, args.prefix_tokens, args.cache_prefixes)))
+        return 0
     rng = random.Random(0)
     prompts = [[rng.randrange(3, 900) for _ in range(rng.randrange(50, 400))] for _ in range(args.prompts)]
     print(f"# {time.strftime('%Y-%m-%d')} | {platform.machine()}, {os.cpu_count()} cores | model engine: "
