@@ -1,4 +1,5 @@
-"""`eagle3-synth stats DIR [CONFIG...]`: length and boundary statistics per config.
+"""`eagle3-synth stats DIR [CONFIG...]`: length and boundary statistics per config (and per turn of
+on-policy conversations), with the share of rows over trainers' usual length caps.
 
 Reads only the small scalar columns (no token ids). `--plot FILE.png` writes output-length
 histograms; `--json` prints the figures as JSON; `--markdown` prints a Markdown table.
@@ -10,7 +11,7 @@ import argparse
 import json
 
 from eagle3_synth.dataset.stores import resolve_configs
-from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths
+from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths, turn_stats
 from eagle3_synth.cli.data_options import add_source_argument, open_from_args
 
 
@@ -29,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     source = open_from_args(args)
     tables = {config: source.table(config, STATS_COLUMNS) for config in resolve_configs(source, args.configs)}
-    stats = [config_stats(table, config) for config, table in tables.items()]
+    stats = [row for config, table in tables.items() for row in (config_stats(table, config), *turn_stats(table, config))]
     if args.json:
         print(json.dumps([s.as_dict() for s in stats], indent=2))
     else:

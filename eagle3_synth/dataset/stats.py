@@ -19,7 +19,7 @@ projected to them (`rows.open_source(...).table(config, STATS_COLUMNS)`) without
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,13 @@ STATS_COLUMNS = (
     "response_start",
     "tool_calls",
     "finish_reason",
+    "turn",
 )
+# Trainers cap sequence length (EAGLE-3's reference drops rows over 2,048 tokens, SpecForge cuts at
+# 2,048 by default, speculators at 8,192): the share of rows over each, in total tokens.
+LENGTH_THRESHOLDS = (2048, 4096, 8192, 16384)
+# Per-turn rows: turns 0..MAX_TURN_ROWS-1 each, the rest together.
+MAX_TURN_ROWS = 4
 # "Short" outputs: the threshold the question "many responses seem short?" is asked about.
 SHORT_OUTPUT_TOKENS = 500
 QUANTILES = {"min": 0.0, "median": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
@@ -88,6 +94,8 @@ class ConfigStats:
     mean_reasoning_tokens: float
     mean_response_tokens: float
     output_tokens_total: int
+    # prompt + output tokens > each of LENGTH_THRESHOLDS (what a trainer's max length cuts or drops)
+    share_over: dict[int, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,7 +108,7 @@ def _to_table(data: Any) -> pa.Table:
     if hasattr(data, "with_format") and hasattr(data, "column_names"):  # datasets.Dataset
         keep = [c for c in STATS_COLUMNS if c in data.column_names]
         return data.select_columns(keep).with_format("arrow")[:]
-    rows = [{c: row[c] for c in STATS_COLUMNS} for row in data]
+    rows = [{c: row.get(c, 0) for c in STATS_COLUMNS} for row in data]
     from eagle3_synth.contract.row import FEATURES
 
     schema = pa.schema([FEATURES.arrow_schema.field(c) for c in STATS_COLUMNS])
@@ -147,7 +155,25 @@ def config_stats(data: pa.Table | Any | Iterable[Mapping[str, Any]], config: str
         mean_reasoning_tokens=mean(reasoning_tokens),
         mean_response_tokens=mean(response_tokens),
         output_tokens_total=int(output.sum()),
+        share_over={limit: share(prompt + output > limit) for limit in LENGTH_THRESHOLDS},
     )
+
+
+def turn_stats(data: pa.Table | Any | Iterable[Mapping[str, Any]], config: str = "") -> list[ConfigStats]:
+    """`config_stats` per turn of on-policy conversations (`turn 0`, `turn 1`, ..., the last row
+    holding every turn from MAX_TURN_ROWS on); [] when every row is a first turn."""
+    table = _to_table(data)
+    if "turn" not in table.column_names or not table.num_rows:
+        return []
+    turns = _int_column(table, "turn")
+    if turns.max() == 0:
+        return []
+    rows = []
+    for turn in range(min(int(turns.max()), MAX_TURN_ROWS) + 1):
+        last = turn == MAX_TURN_ROWS
+        mask = turns >= turn if last else turns == turn
+        rows.append(config_stats(table.filter(pa.array(mask)), f"{config} turn {turn}{'+' if last else ''}"))
+    return rows
 
 
 # (header, formatter) per column of the table; one definition for the terminal and the card.
@@ -161,6 +187,8 @@ _TABLE_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("no </think>", lambda s: _percent(s.share_no_think_end)),
     ("tool calls", lambda s: _percent(s.share_with_tool_calls)),
     ("mean reasoning/response", lambda s: f"{s.mean_reasoning_tokens:.0f}/{s.mean_response_tokens:.0f}"),
+    ("over " + "/".join(f"{t // 1024}k" for t in LENGTH_THRESHOLDS),
+     lambda s: "/".join(f"{100 * s.share_over.get(t, 0.0):.1f}" for t in LENGTH_THRESHOLDS) + "%"),
 )
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import math
 
+import pyarrow as pa
 import pytest
 from datasets import load_dataset
 
 from eagle3_synth.cli import main
 from eagle3_synth.dataset.stores import open_source
-from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths
+from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.dataset.stats import (LENGTH_THRESHOLDS, STATS_COLUMNS, config_stats, format_stats_table,
+                                        plot_output_lengths, turn_stats)
 
 from ..support.built_datasets import KIMI_CONFIG, QWEN_CONFIG, checks_dataset
 from ..conftest import KIMI_TOKENIZER
@@ -141,3 +144,17 @@ def test_empty_input_gives_zeros():
 def test_unknown_config_is_a_clear_error(folder, capsys):
     assert main(["stats", str(folder), "B9_nothing"]) == 2
     assert "has no config 'B9_nothing'" in capsys.readouterr().err
+
+
+def test_share_over_each_trainer_length_counts_prompt_plus_output():
+    totals = [(100, 100), (1000, 1049), (2000, 100), (3000, 5000), (10_000, 7000)]  # 200, 2049, 2100, 8000, 17000
+    rows = [{"prompt_tokens": p, "completion_tokens": o, "reasoning_start": -1, "think_end": -1, "response_start": 0,
+             "tool_calls": [], "finish_reason": "stop", "turn": i % 2} for i, (p, o) in enumerate(totals)]
+    table = pa.Table.from_pylist(rows, schema=pa.schema([FEATURES.arrow_schema.field(c) for c in STATS_COLUMNS]))
+    stats = config_stats(table, "X")
+    assert LENGTH_THRESHOLDS == (2048, 4096, 8192, 16384)
+    assert stats.share_over == {2048: 4 / 5, 4096: 2 / 5, 8192: 1 / 5, 16384: 1 / 5}
+    assert "80.0/40.0/20.0/20.0%" in format_stats_table([stats])
+    # Per turn: rows of turn 0 (three) and turn 1 (two).
+    assert [(s.config, s.count) for s in turn_stats(table, "X")] == [("X turn 0", 3), ("X turn 1", 2)]
+    assert turn_stats(table.filter(pa.array([True, False, True, False, True])), "X") == []

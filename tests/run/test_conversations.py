@@ -305,3 +305,13 @@ def test_turns_sharing_a_system_prompt_and_tools_are_handed_out_together():
     assert [t.sample_id for t in grouped_by_prefix(iter(turns))] == [0, 2, 6, 1, 4, 3, 5]
     # Never more than `lookahead` held: the oldest group leaves when it is full.
     assert [t.sample_id for t in grouped_by_prefix(iter(turns), lookahead=3)] == [0, 2, 1, 4, 3, 5, 6]
+
+
+def test_stats_adds_a_row_per_turn(built, capsys):
+    out, rows = built
+    assert main(["stats", str(out), CONFIG]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    counts = Counter(r["turn"] for r in rows)
+    assert [line.split()[:4] for line in lines[1:]] == [
+        [CONFIG, str(len(rows)), *lines[1].split()[2:4]],
+        *([CONFIG, "turn", str(t), str(counts[t])] for t in sorted(counts))]
