@@ -144,6 +144,7 @@ class Progress:
         self.clock = clock
         self.started = clock()
         self._last = self.started
+        self._done_at_start = done
 
     def in_flight(self) -> int | None:
         value = getattr(self.engine, "in_flight", None)
@@ -165,7 +166,10 @@ class Progress:
         in_flight = self.in_flight()
         if in_flight is not None:
             parts.append(f"in flight {in_flight}")
-        parts.append(f"ETA {format_duration(left / rate)}" if rate else "ETA ?")
+        # Rollouts finished per second, measured in this run: a conversation's earlier turns are
+        # results but not progress, and each config's own lengths set its pace.
+        finishing = _ratio(self.done - self._done_at_start, elapsed)
+        parts.append(f"ETA {format_duration(left / finishing)}" if finishing else "ETA ?")
         if s.retractions:
             parts.append(f"retractions {s.retractions}")
         if s.errors:
