@@ -50,20 +50,29 @@ class Preparation:
     too_long_reason: str = "the model's context minus max_new_tokens"
 
 
+def model_config_value(folder: str | Path | None, key: str, option: str) -> int | None:
+    """A positive int `key` of a model folder's config.json (also nested in `text_config` or
+    `language_config`, as multimodal models like Kimi-K2.5 keep it); None without one. An unreadable
+    config.json is a ConfigError pointing at `option`, the way to give the value instead."""
+    if not folder or not (Path(folder) / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{folder}/config.json is not valid JSON ({exc}); pass {option}") from None
+    for section in (config, config.get("text_config") or {}, config.get("language_config") or {}):
+        value = section.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def model_context_length(*folders: str | None) -> int | None:
-    """`max_position_embeddings` from the first folder's config.json that has one (also nested in
-    `text_config`/`language_config`, as multimodal models like Kimi-K2.5 keep it); None if unknown."""
+    """`max_position_embeddings` from the first folder's config.json that has one; None if unknown."""
     for folder in folders:
-        if not folder or not (Path(folder) / "config.json").is_file():
-            continue
-        try:
-            config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ConfigError(f"{folder}/config.json is not valid JSON ({exc}); pass --max-context") from None
-        for section in (config, config.get("text_config") or {}, config.get("language_config") or {}):
-            value = section.get("max_position_embeddings")
-            if isinstance(value, int) and value > 0:
-                return value
+        value = model_config_value(folder, "max_position_embeddings", "--max-context")
+        if value is not None:
+            return value
     return None
 
 

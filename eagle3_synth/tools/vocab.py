@@ -26,7 +26,6 @@ tokenizer's length: `t2d` must have one entry per row of the target's embedding.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ import pyarrow.compute as pc
 
 from eagle3_synth.dataset.stores import RowSource
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.prompts.prepare import model_config_value
 from eagle3_synth.tools.training import TRAIN_ON, TrainOn, masked_output_starts
 
 # What each trainer loads, by name; `write_mappings` writes them all.
@@ -46,20 +46,8 @@ TRAINERS = ("specforge", "speculators", "modelopt")
 
 
 def model_vocab_size(folder: str | Path) -> int | None:
-    """`vocab_size` of a model folder's config.json (also nested in `text_config` or
-    `language_config`, as multimodal models like Kimi-K2.5 keep it); None without one."""
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); pass --target-vocab-size N") from None
-    for section in (config, config.get("text_config") or {}, config.get("language_config") or {}):
-        value = section.get("vocab_size")
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    """`vocab_size` (embedding rows) of a model folder's config.json; None without one."""
+    return model_config_value(folder, "vocab_size", "--target-vocab-size N")
 
 
 def recorded_model(source: RowSource, config: str) -> str | None:

@@ -121,6 +121,28 @@ class TinyModelBackend:
         return await asyncio.get_running_loop().run_in_executor(None, self._generate, input_ids, sampling)
 
 
+def occupancy_stats(events: list[tuple[float, int]], capacity: int, until: float | None = None) -> dict[str, float]:
+    """Idle share of a capacity (slots, KV tokens) from (time, +held / -released) events: over the
+    run, and up to the last admission (or `until`); the drain after it, and the admissions."""
+    if not events:
+        return {}
+    events = sorted(events)
+    start, end = events[0][0], events[-1][0]
+    last_admit = max(t for t, amount in events if amount > 0) if until is None else until
+    busy = busy_before = 0.0
+    held, previous = 0, start
+    for t, amount in events:
+        busy += held * (t - previous)
+        if t <= last_admit:
+            busy_before += held * (t - previous)
+        held += amount
+        previous = t
+    span, before = end - start, last_admit - start
+    return {"wall_s": span, "idle_fraction": 1 - busy / (capacity * span) if span else 0.0,
+            "idle_before_drain": 1 - busy_before / (capacity * before) if before else 0.0,
+            "drain_s": end - last_admit, "requests": sum(1 for _, amount in events if amount > 0)}
+
+
 @dataclass
 class ContinuousBatchingModel:
     """A model of a continuous-batching engine (not a real one), for the scheduling benchmark.
@@ -160,27 +182,7 @@ class ContinuousBatchingModel:
 
     def stats(self) -> dict[str, float]:
         """Idle fraction of the slots, over the whole run and up to the last admission (before drain)."""
-        if not self.events:
-            return {}
-        events = sorted(self.events)
-        start, end = events[0][0], events[-1][0]
-        last_admit = max(t for t, kind in events if kind > 0)
-        busy = busy_before_drain = 0.0
-        running, previous = 0, start
-        for t, kind in events:
-            busy += running * (t - previous)
-            if t <= last_admit:
-                busy_before_drain += running * (t - previous)
-            running += kind
-            previous = t
-        span, before = end - start, last_admit - start
-        return {
-            "wall_s": span,
-            "idle_fraction": 1 - busy / (self.slots * span) if span else 0.0,
-            "idle_before_drain": 1 - busy_before_drain / (self.slots * before) if before else 0.0,
-            "drain_s": end - last_admit,
-            "requests": sum(1 for _, kind in events if kind > 0),
-        }
+        return occupancy_stats(self.events, self.slots)
 
 
 class KVBoundedModel:
@@ -243,24 +245,7 @@ class KVBoundedModel:
     def stats(self, until: float | None = None) -> dict[str, float]:
         """Idle share of the KV memory (all ranks), over the run and up to the last admission (or
         `until`, a time.monotonic() of the client's); the drain after it."""
-        if not self.events:
-            return {}
-        events = sorted(self.events)
-        start, end = events[0][0], events[-1][0]
-        last_admit = max(t for t, tokens in events if tokens > 0) if until is None else until
-        capacity = self.ranks * self.kv_tokens
-        busy = busy_before = 0.0
-        used, previous = 0, start
-        for t, tokens in events:
-            busy += used * (t - previous)
-            if t <= last_admit:
-                busy_before += used * (t - previous)
-            used += tokens
-            previous = t
-        span, before = end - start, last_admit - start
-        return {"wall_s": span, "idle_fraction": 1 - busy / (capacity * span) if span else 0.0,
-                "idle_before_drain": 1 - busy_before / (capacity * before) if before else 0.0,
-                "drain_s": end - last_admit, "requests": sum(1 for _, tokens in events if tokens > 0)}
+        return occupancy_stats(self.events, self.ranks * self.kv_tokens, until)
 
 
 @dataclass(frozen=True)
