@@ -27,6 +27,7 @@ from eagle3_synth.run.directory import RunDirectory
 from ..conftest import TINY_MODEL
 from ..support.built_datasets import copy_dataset, rewrite_rows
 from ..support.cli_processes import KILLED, config_rows, run_cli_process
+from ..support.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
 
 CONFIG = "B2_hermes_fc"
 WEATHER = {"type": "function", "function": {
@@ -315,3 +316,17 @@ def test_stats_adds_a_row_per_turn(built, capsys):
     assert [line.split()[:4] for line in lines[1:]] == [
         [CONFIG, str(len(rows)), *lines[1].split()[2:4]],
         *([CONFIG, "turn", str(t), str(counts[t])] for t in sorted(counts))]
+
+
+def test_conversations_through_sglang_http_give_the_transformers_rows(built, tmp_path):
+    """The in-flight window (dependent turns enter it as results come back) against a loopback
+    server generating with the same tiny model: the same rows as the transformers engine's."""
+    _, reference = built
+    server = SGLangLoopbackServer(TinyModelBackend(str(TINY_MODEL)), server_args={"enable_priority_scheduling": True})
+    with ServerThread(server) as thread:
+        prompts = write(tmp_path / "p.jsonl", LOOP, OTHER, CHAT)
+        rows = build(tmp_path / "ds", prompts, "--engine", "sglang-http", "--url", thread.url, "--priority", "turns-left")
+    assert [(r["sample_id"], r["turn"], r["prompt_ids"], r["output_ids"]) for r in rows] == \
+        [(r["sample_id"], r["turn"], r["prompt_ids"], r["output_ids"]) for r in reference]
+    # --priority turns-left: the loop conversation's first turn went with 3 (it may have three turns).
+    assert max(p for p in server.priorities if p is not None) == 3
