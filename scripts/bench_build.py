@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The whole `build --engine replay` against a bare JSON -> Arrow -> Parquet pass over the same file.
 
-    python scripts/bench_build.py --sizes 10000 50000 100000 [--workdir /tmp/bench_build] [--repo PATH]
+    python scripts/bench_build.py --sizes 10000 50000 100000 [--workdir /tmp/bench_build] [--repo PATH ...] [--repeat N]
 
 For each size it synthesises (as `bench_result_path.py` does) prompts.jsonl (the bundled samples of
 all eight configs with a distinct suffix, ~100 prompt tokens) and replay.jsonl (~2,000 output ids a
@@ -11,14 +11,15 @@ and peak RSS from wait4:
     (the least any build must do with these bytes);
   - build: `eagle3-synth build B1_glaive --model T --engine replay --replay R --prompts P --out OUT`,
     prompt preparation (templating every prompt), journaling and assembly included.
-The figure is build wall time / bare wall time, from the same run. `--repo PATH` runs the build of
-another checkout (e.g. an older commit in a git worktree) on the same files, for before/after.
+The figure is build wall time / bare wall time, from the same run. `--repo PATH ...` runs the build
+of each checkout given (e.g. an older commit exported with `git archive`) on the same files, right
+after the same bare pass, for before/after; `--repeat N` measures each size N times (the machine's
+load average is printed with each row: the figures mean something only on a quiet machine).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -59,26 +60,31 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000])
     parser.add_argument("--output-tokens", type=int, default=2_000)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "bench_build")
-    parser.add_argument("--repo", type=Path, default=ROOT, help="checkout whose eagle3-synth is measured")
+    parser.add_argument("--repo", type=Path, nargs="+", default=[ROOT],
+                        help="checkouts whose eagle3-synth is measured, each on the same files")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements per size")
     args = parser.parse_args()
     python = sys.executable
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print("| samples | bare s (RSS MiB) | build s (CPU s, RSS MiB) | build / bare |")
-    print("|---|---|---|---|")
+    print("| samples | checkout | bare s (RSS MiB) | build s (CPU s, RSS MiB) | build / bare | load avg |")
+    print("|---|---|---|---|---|---|")
     for size in args.sizes:
         folder = args.workdir / str(size)
         prompts, replay = synthesise(folder, size, args.output_tokens, fresh=False)
         out = folder / "out"
-        shutil.rmtree(out, ignore_errors=True)
-        bare = measured([python, "-c", BARE, str(replay), str(folder / "bare.parquet")], args.repo)
-        build = measured([python, "-m", "eagle3_synth.cli", "build", "B1_glaive", "--model", str(TOKENIZER),
-                          "--engine", "replay", "--replay", str(replay), "--prompts", str(prompts),
-                          "--out", str(out)], args.repo)
-        rows = json.loads((out / "README.md").read_text(encoding="utf-8").split("num_examples: ")[1].split()[0]) \
-            if (out / "README.md").exists() else "?"
-        print(f"| {size:,} | {bare['wall_s']:.1f} ({bare['peak_rss_mib']:.0f}) | {build['wall_s']:.1f} "
-              f"({build['cpu_s']:.1f}, {build['peak_rss_mib']:.0f}) | {build['wall_s'] / bare['wall_s']:.2f}x |"
-              f"  rows={rows}")
+        for _ in range(args.repeat):
+            bare = measured([python, "-c", BARE, str(replay), str(folder / "bare.parquet")], args.repo[0])
+            for repo in args.repo:
+                shutil.rmtree(out, ignore_errors=True)
+                load = os.getloadavg()[0]
+                build = measured([python, "-m", "eagle3_synth.cli", "build", "B1_glaive", "--model", str(TOKENIZER),
+                                  "--engine", "replay", "--replay", str(replay), "--prompts", str(prompts),
+                                  "--out", str(out)], repo)
+                readme = out / "README.md"
+                rows = readme.read_text(encoding="utf-8").split("num_examples: ")[1].split()[0] if readme.exists() else "?"
+                print(f"| {size:,} | {repo.name} | {bare['wall_s']:.1f} ({bare['peak_rss_mib']:.0f}) | {build['wall_s']:.1f} "
+                      f"({build['cpu_s']:.1f}, {build['peak_rss_mib']:.0f}) | {build['wall_s'] / bare['wall_s']:.2f}x "
+                      f"| {load:.2f} |  rows={rows}", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eagle3_synth.cli.options import EXIT_RESUMABLE, add_generation_arguments, default_run_dir, generation_settings
-from eagle3_synth.dataset.folder import install_parquet_files, write_readme, write_run_info
+from eagle3_synth.dataset.folder import write_readme, write_run_info
+from eagle3_synth.dataset.parquet import install_shards
 from eagle3_synth.errors import ConfigError, Eagle3SynthError, RunIncomplete
 from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
 from eagle3_synth.run.kill_points import kill_point
@@ -96,7 +97,7 @@ def build_config(
         num_rows = builder.info.splits["train"].num_examples
         if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
             raise ConfigError(f"{config}: the run directory {settings.run_dir} holds no row to write; nothing written")
-        files = install_parquet_files(sources, folder, config)
+        files = install_shards(sources, folder, config)
         kill_point("assemble.installed")
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -7,25 +7,22 @@ module) with the figures people want before downloading (counts, length quantile
 provenance of every config, which `build` copies from the run directory into
 `<config>/run_info.json` so it travels with the data.
 
-Shard names carry a fingerprint of the build's bytes (`train-<fp8>-00000-of-00001.parquet`) and the
-README's `data_files` name it: datasets caches a local folder under a hash of its README's configs,
-not of the files' contents, so a rebuilt folder changes that hash and loads its own rows.
+Shard names carry a fingerprint of the build's bytes (`train-<fp8>-00000-of-00001.parquet`, named
+and installed by `dataset.parquet`, the package's one Parquet writer) and the README's `data_files`
+name it: datasets caches a local folder under a hash of its README's configs, not of the files'
+contents, so a rebuilt folder changes that hash and loads its own rows.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from datasets import DatasetInfo, Features
 from datasets.info import DatasetInfosDict
 from datasets.splits import SplitDict, SplitInfo
@@ -34,6 +31,7 @@ from huggingface_hub import DatasetCardData
 
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.dataset.parquet import SHARD_NAME, parquet_rows
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 
 CARD_TEMPLATE = resources.files("eagle3_synth.dataset") / "dataset_card.md"
@@ -44,7 +42,6 @@ TAGS = ["eagle3", "speculative-decoding", "synthetic", "reasoning", "tool-callin
 _LICENSE_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
 _HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
-_SHARD_NAME = re.compile(r"train-(?:([0-9a-f]{8})-)?\d{5}-of-\d{5}\.parquet")
 
 
 def config_data_files(config: str, fingerprint: str | None = None) -> list[dict[str, str]]:
@@ -53,19 +50,9 @@ def config_data_files(config: str, fingerprint: str | None = None) -> list[dict[
     return [{"split": "train", "path": f"{config}/{name}"}]
 
 
-def build_fingerprint(files: Sequence[str | Path]) -> str:
-    """8 hex digits of the SHA-256 of the files' bytes, in order: the same rows give the same name."""
-    digest = hashlib.sha256()
-    for path in files:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:8]
-
-
 def shard_fingerprint(folder: Path, config: str) -> str | None:
     """The build fingerprint a config's shard names carry (None for names without one)."""
-    found = {m.group(1) if (m := _SHARD_NAME.fullmatch(p.name)) else None for p in config_files(folder, config)}
+    found = {m.group(1) if (m := SHARD_NAME.fullmatch(p.name)) else None for p in config_files(folder, config)}
     return found.pop() if len(found) == 1 else None
 
 
@@ -77,40 +64,6 @@ def built_configs(folder: Path) -> list[str]:
 def config_files(folder: Path, config: str) -> list[Path]:
     """A config's Parquet shards in order (the names sort as `train-00000-of-N`, `train-00001-of-N`)."""
     return sorted((Path(folder) / config).glob("train-*.parquet"))
-
-
-def parquet_rows(files: Sequence[Path]) -> int:
-    """Rows in Parquet files, from their footers only."""
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-
-def install_parquet_files(sources: list[str], folder: Path, config: str) -> list[Path]:
-    """Move freshly written Parquet shards into `<folder>/<config>/` as `train-<fp8>-XXXXX-of-YYYYY`
-    (`build_fingerprint` of their bytes).
-
-    The new files are staged beside the old ones and swapped in with renames, so an interrupted
-    build never leaves a config half old, half new.
-    """
-    target = folder / config
-    staging = Path(tempfile.mkdtemp(prefix=f".{config}-", dir=folder))
-    staging.chmod(0o755)  # mkdtemp makes it private; the published folder should not be
-    sources = sorted(sources)
-    total, fingerprint = len(sources), build_fingerprint(sources)
-    installed = []
-    for i, source in enumerate(sources):
-        dest = staging / f"train-{fingerprint}-{i:05d}-of-{total:05d}.parquet"
-        shutil.move(source, dest)
-        installed.append(target / dest.name)
-    old = None
-    if target.exists():
-        old = folder / f".{config}-old"
-        if old.exists():
-            shutil.rmtree(old)
-        target.rename(old)
-    staging.rename(target)
-    if old is not None:
-        shutil.rmtree(old)
-    return installed
 
 
 # -- provenance --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _datetime
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -48,15 +49,47 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False, option: str = 
 
     Only local folders: a missing one is a one-line ConfigError naming it (`option`), never a Hub
     lookup -- transformers would read a non-existent path as a Hub repo id and fail on that.
+    A folder `AutoTokenizer` would load as transformers' `TokenizersBackend` anyway
+    (`plain_tokenizer_folder`) is loaded with that class directly, which does not import torch
+    (`AutoTokenizer` does, through the model configs: about a second, for nothing when no model
+    runs in this process).
     """
     check_tokenizer_folder(path, option)
-    from transformers import AutoTokenizer
-
     try:
+        if plain_tokenizer_folder(path):
+            from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+            return TokenizersBackend.from_pretrained(path, local_files_only=True)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{option} {path}: cannot load the tokenizer ({first})") from None
+
+
+# `tokenizer_class` names AutoTokenizer (transformers 5) resolves to `TokenizersBackend` itself
+# (`PreTrainedTokenizerFast` is an alias of it); tests/prompts/test_tokenizer_loading.py holds it to that.
+_PLAIN_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def plain_tokenizer_folder(path: str) -> bool:
+    """Whether `AutoTokenizer.from_pretrained(path)` can only mean `TokenizersBackend.from_pretrained(path)`.
+
+    That holds for a folder with a `tokenizer.json` and a `tokenizer_config.json` naming one of
+    `_PLAIN_CLASSES`, without `auto_map` (the tokenizer's own code) and without a `config.json`
+    (whose model type can make AutoTokenizer pick a model's own tokenizer class instead): a
+    tokenizer folder saved by transformers 5, as the fixtures are. Anything else, or a file that
+    does not parse, goes through AutoTokenizer.
+    """
+    folder = Path(path)
+    if (folder / "config.json").exists() or not (folder / "tokenizer.json").is_file():
+        return False
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("tokenizer_class") in _PLAIN_CLASSES and "auto_map" not in config
 
 
 def template_uses_date(tokenizer: Any) -> bool:

@@ -7,11 +7,12 @@ Layout (what `load_dataset(repo, config)` and the Hub's viewer read):
     <config>/run_info.json                 provenance (model, tokenizer, sampling, engine, dates)
     figures/<config>-output-lengths.png    the length histogram embedded in the card
 
-Shards are always rewritten, not copied: each row group stays under `row_group_bytes` (the viewer
-copies Parquet as-is only below 100 MB per row group, and refuses to scan more than ~286 MiB at
-once), files end near `shard_bytes`, a page index is written for random access, and the
-optional preview columns are added. Rewriting the same rows gives the same bytes, so a config that
-did not change between releases is not uploaded again (LFS deduplicates by sha256).
+Shards are always rewritten, not copied, by the package's one Parquet writer (`dataset.parquet`):
+each row group stays under `row_group_bytes` (the viewer copies Parquet as-is only below 100 MB per
+row group, and refuses to scan more than ~286 MiB at once), files end near `shard_bytes`, a page
+index is written for random access, and the optional preview columns are added. Rewriting the
+same rows gives the same bytes, so a config that did not change between releases is not uploaded
+again (LFS deduplicates by sha256).
 
 No `.py` file is ever staged: a loading script beside the data makes `load_dataset` fail.
 """
@@ -40,8 +41,9 @@ from eagle3_synth.dataset.folder import (
     read_run_info,
     render_card,
 )
-from eagle3_synth.errors import ConfigError
 from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.dataset.parquet import ShardLimits, features_with, parquet_rows, write_shards
+from eagle3_synth.errors import ConfigError
 
 FIGURES_DIR = "figures"
 PREVIEW_COLUMNS = ("prompt_preview", "output_preview")
@@ -49,21 +51,8 @@ PREVIEW_COLUMNS = ("prompt_preview", "output_preview")
 READ_BATCH_ROWS = 64
 
 
-@dataclass(frozen=True)
-class TreeLimits:
-    """Size limits of the staged Parquet files."""
-
-    # Hard limit on a row group's uncompressed size: below the viewer's 100 MB copy limit, with
-    # room for Arrow/Parquet size drift.
-    row_group_bytes: int = 64 * 2**20
-    # Target file size: a new shard starts once a shard holds this many bytes, so a shard ends at
-    # most one (compressed) row group plus its footer past it. 500 MB is what `push_to_hub` uses:
-    # few files, each small enough to stream and to retry.
-    shard_bytes: int = 500 * 10**6
-
-    def __post_init__(self) -> None:
-        if self.row_group_bytes < 1 or self.shard_bytes < 1:
-            raise ConfigError("row group and shard size limits must be positive")
+# The release tree's size limits (viewer-sized row groups, ~500 MB files): the writer's own.
+TreeLimits = ShardLimits
 
 
 @dataclass
@@ -82,9 +71,7 @@ class StagedTree:
 
 def features_with_previews(preview_chars: int) -> Features:
     """The contract's features, plus the two preview string columns when previews are on."""
-    if not preview_chars:
-        return FEATURES
-    return Features({**FEATURES, **{name: Value("string") for name in PREVIEW_COLUMNS}})
+    return features_with({name: Value("string") for name in PREVIEW_COLUMNS} if preview_chars else None)
 
 
 def decoded_preview(tokenizer: Any, ids: Sequence[int], chars: int) -> str:
@@ -115,72 +102,14 @@ def _with_previews(batch: pa.RecordBatch, schema: pa.Schema, tokenizer: Any, cha
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-class ShardWriter:
-    """Writes row groups of at most `row_group_bytes`, starting a new file past `shard_bytes`.
-
-    Files are written as `part-N` and renamed to `train-XXXXX-of-YYYYY` once their count is known.
-    """
-
-    def __init__(self, target: Path, schema: pa.Schema, limits: TreeLimits):
-        self.target, self.schema, self.limits = target, schema, limits
-        self.parts: list[Path] = []
-        self._writer: pq.ParquetWriter | None = None
-        self._sink: Any = None
-        self._pending: list[pa.RecordBatch] = []
-        self._pending_bytes = 0
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        # Arrow's in-memory size is at least Parquet's uncompressed size for these columns, so a
-        # group flushed before it passes the limit in Arrow bytes is under it in Parquet bytes.
-        if batch.nbytes > self.limits.row_group_bytes and batch.num_rows > 1:
-            for row in range(batch.num_rows):
-                self.add(batch.slice(row, 1))
-            return
-        if self._pending and self._pending_bytes + batch.nbytes > self.limits.row_group_bytes:
-            self._flush_group()
-        self._pending.append(batch)
-        self._pending_bytes += batch.nbytes
-
-    def _flush_group(self) -> None:
-        table = pa.Table.from_batches(self._pending, schema=self.schema)  # chunks: no copy, still one group
-        self._pending, self._pending_bytes = [], 0
-        if self._writer is None:
-            path = self.target / f"part-{len(self.parts)}.parquet"
-            self.parts.append(path)
-            self._sink = pa.OSFile(str(path), "wb")
-            self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd", write_page_index=True)
-        self._writer.write_table(table, row_group_size=table.num_rows)
-        if self._sink.tell() >= self.limits.shard_bytes:
-            self._close_file()
-
-    def _close_file(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._sink.close()
-            self._writer = self._sink = None
-
-    def close(self) -> list[Path]:
-        if self._pending:
-            self._flush_group()
-        self._close_file()
-        final = []
-        for i, part in enumerate(self.parts):
-            name = self.target / f"train-{i:05d}-of-{len(self.parts):05d}.parquet"
-            part.rename(name)
-            final.append(name)
-        return final
-
-
-def write_shards(
+def write_config_shards(
     sources: Sequence[Path], target: Path, features: Features, limits: TreeLimits,
     tokenizer: Any = None, preview_chars: int = 0,
 ) -> list[Path]:
     """Rewrite a config's rows (in order) into viewer-sized shards under `target`."""
-    target.mkdir(parents=True, exist_ok=True)
-    writer = ShardWriter(target, features.arrow_schema, limits)
-    for batch in _batches(sources):
-        writer.add(_with_previews(batch, writer.schema, tokenizer, preview_chars))
-    return writer.close()
+    schema = features.arrow_schema
+    return write_shards((_with_previews(batch, schema, tokenizer, preview_chars) for batch in _batches(sources)),
+                        target, schema, limits)
 
 
 def _public_run_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -214,8 +143,9 @@ def stage_tree(
     run_infos: dict[str, dict[str, Any] | None] = {}
     for config in configs:
         tokenizer = tokenizer_for(config) if (preview_chars and tokenizer_for) else None
-        shards = write_shards(config_files(folder, config), root / config, features, limits, tokenizer, preview_chars)
-        tree.num_rows[config] = sum(pq.ParquetFile(p).metadata.num_rows for p in shards)
+        shards = write_config_shards(config_files(folder, config), root / config, features, limits, tokenizer,
+                                     preview_chars)
+        tree.num_rows[config] = parquet_rows(shards)
         run_infos[config] = read_run_info(folder, config)
         if run_infos[config] is not None:
             (root / config / RUN_INFO_FILE).write_text(

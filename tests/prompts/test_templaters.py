@@ -16,15 +16,12 @@ import pytest
 from eagle3_synth.prompts import prepare as prompt_prep
 from eagle3_synth.prompts import templaters
 from eagle3_synth.prompts.templating import ChatTokenizer
-from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, get_config
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.errors import ConfigError, PromptError
-from eagle3_synth.prompts.adapters import get_adapter
-from eagle3_synth.prompts.readers import iter_source_files
 from eagle3_synth.prompts.forms import MessageForm
 
 from ..conftest import KIMI_TOKENIZER, QWEN_TOKENIZER
-from ..support.prompt_cases import fixture_files, options, prepare
+from ..support.prompt_cases import options, prepare, source_conversations
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Wetter für eine Stadt",
                                              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
@@ -47,16 +44,8 @@ HANDWRITTEN = [
 
 
 def fixture_conversations() -> list[Conversation]:
-    """Every convertible record of every config's fixture source: tools, multi-turn, tool results."""
-    found = []
-    for config in sorted(BUILTIN_CONFIGS):
-        adapter = get_adapter(get_config(config).adapter)
-        for record in iter_source_files(fixture_files(config)):
-            try:
-                found.append(adapter.convert(record.record))
-            except PromptError:
-                continue
-    return found + HANDWRITTEN
+    """Every convertible record of every config's fixture source, and the handwritten edge cases."""
+    return source_conversations() + HANDWRITTEN
 
 
 def reference(tokenizer, conversation: Conversation, form=None, **kwargs) -> list[int]:

@@ -6,7 +6,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_synth.prompts.configs import get_config
+from eagle3_synth.errors import PromptError
+from eagle3_synth.prompts.adapters import get_adapter
+from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, get_config
+from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.readers import iter_source_files
 from eagle3_synth.prompts.prepare import Preparation, max_prompt_tokens, prepare_prompts
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import ChatTokenizer
@@ -49,3 +53,16 @@ def write_replay(path: Path, tokenizer, count: int) -> None:
     ids = tokenizer.encode("Fine.", add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("</think>")]
     ids += tokenizer.encode("Done.", add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     path.write_text("".join(json.dumps({"sample_id": i, "output_ids": ids}) + "\n" for i in range(count)), encoding="utf-8")
+
+
+def source_conversations() -> list[Conversation]:
+    """Every convertible record of every config's fixture source (tools, multi-turn, tool results)."""
+    found = []
+    for config in sorted(BUILTIN_CONFIGS):
+        adapter = get_adapter(get_config(config).adapter)
+        for record in iter_source_files(fixture_files(config)):
+            try:
+                found.append(adapter.convert(record.record))
+            except PromptError:
+                continue
+    return found
