@@ -4,7 +4,7 @@ For each size it synthesises a run directory (prompts.jsonl, run.json with the K
 ids, journal files from 8 "sessions" in shuffled completion order, ~2,000 output ids a sample with
 reasoning, `</think>`, an answer and the stop token), then, in a fresh process each:
   - scan:     `RunDirectory.scan()` alone (the journal index build and exactly-once choice);
-  - assemble: `cli.build.assemble_config` -- iter_row_tables -> the builder (ArrowBasedBuilder,
+  - assemble: `eagle3_synth_builders.folder_build.assemble_config` -- iter_row_tables -> the builder (ArrowBasedBuilder,
               tables of 1,000 rows) -> Parquet, exactly what `eagle3-synth build --run-dir RUN --out DIR` runs.
 It reports wall time, CPU time and the process's peak RSS (from wait4), so one can see whether
 memory grows with the sample count. Run:
@@ -76,7 +76,7 @@ def child(mode: str, run_dir: str, out: str) -> None:
         index = RunDirectory(run_dir).scan()
         detail = {"results": int(len(index.sample_ids))}
     else:
-        from eagle3_synth.cli.build import assemble_config
+        from eagle3_synth_builders.folder_build import assemble_config
 
         rows, files = assemble_config(run_dir, out, CONFIG)
         detail = {"rows": rows, "parquet_bytes": sum(f.stat().st_size for f in files), "files": len(files)}

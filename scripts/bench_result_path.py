@@ -130,7 +130,7 @@ def _between(start: tuple[float, float], end: tuple[float, float]) -> dict[str, 
 def child(argv: list[str]) -> None:
     """Run the command line in this process, timing its stages from inside:
     generate = [tokenizer load + prompt preparation until prompts.jsonl is written] + [result path]."""
-    import eagle3_synth.cli.build as build
+    import eagle3_synth_builders.folder_build as build
     import eagle3_synth.run.generate as pipeline
     from eagle3_synth.cli import main
     from eagle3_synth.run.directory import RunDirectory
