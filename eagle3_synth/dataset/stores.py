@@ -43,6 +43,8 @@ class Provenance:
     """What made a config's rows, as recorded beside them; any field may be unknown (None)."""
 
     tokenizer: str | None = None
+    # The model folder the engine loaded (None: not recorded, or the replay engine).
+    model: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     profile: str | None = None
     markers: MarkerIds | None = None
@@ -70,6 +72,7 @@ def provenance_from_run_info(data: dict[str, Any], origin: str) -> Provenance:
         message_form=template.get("message_form"),
         template_date=template.get("date"),
         tokenizer=meta.get("tokenizer"),
+        model=meta.get("model") if isinstance(meta.get("model"), str) and meta.get("model") else None,
         template_kwargs=dict(fields.get("template_kwargs") or {}),
         profile=fields.get("profile") or (markers or {}).get("profile"),
         markers=MarkerIds.from_dict(markers) if markers else None,

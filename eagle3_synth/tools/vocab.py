@@ -51,20 +51,9 @@ def model_vocab_size(folder: str | Path) -> int | None:
 
 
 def recorded_model(source: RowSource, config: str) -> str | None:
-    """The model folder the config was generated with, as its run recorded it (`meta.model`);
-    None where nothing is recorded or readable here (a repo on the Hub: pass --model)."""
-    from eagle3_synth.dataset.folder import read_run_info
-    from eagle3_synth.dataset.stores import FolderSource, LoadDatasetSource, RunSource
-
-    info: dict[str, Any] | None = None
-    if isinstance(source, RunSource):
-        info = source.run_info.get(config)
-    elif isinstance(source, FolderSource):
-        info = read_run_info(source.path, config)
-    elif isinstance(source, LoadDatasetSource) and Path(source.location).is_dir():
-        info = read_run_info(Path(source.location), config)
-    model = ((info or {}).get("meta") or {}).get("model")
-    return model if isinstance(model, str) and model else None
+    """The model folder the config was generated with, as its run recorded it (None where
+    nothing is recorded here: a repo on the Hub, pass --model)."""
+    return source.provenance(config).model
 
 
 def target_vocab_size(
