@@ -1,15 +1,19 @@
-"""Write the bundled sample prompts (a handful per config) to eagle3_synth/samples/.
+"""Write the bundled sample prompts (a handful per config) to eagle3_synth/prompts/samples/.
 
 Each line is the prepared-prompts format: {"messages": [...], "tools": [...]?, "id": ...}. The
 shapes follow each source dataset (see shared/SOURCES.md) and the adapters' conventions (tool-call
 ids `functions.<name>:<n>`, see eagle3_synth.conversation.ToolCallIds); contents are short so the
 demo is fast. Prompts from the real sources: `eagle3-synth build CONFIG --source-file ... | --from-source`.
+
+    python scripts/make_sample_prompts.py           # write them
+    python scripts/make_sample_prompts.py --check   # compare (tests/scripts runs it)
 """
 
 import json
+import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "eagle3_synth" / "samples"
+OUT = Path(__file__).resolve().parent.parent / "eagle3_synth" / "prompts" / "samples"
 
 
 def tool(name, description, properties, required):
@@ -24,6 +28,12 @@ CONVERT = tool("convert_currency", "Convert an amount from one currency to anoth
                ["amount", "from", "to"])
 LANGUAGE = tool("detect_language", "Detect the language of a given text",
                 {"text": {"type": "string", "description": "The text"}}, ["text"])
+# The function the tiny model calls for weather (it knows the names of its synthetic training data).
+CURRENT_WEATHER = {"type": "function", "function": {
+    "name": "get_current_weather", "description": "Get the current weather in a location",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string", "description": "City name"},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["location"]}}}
 NEWS = tool("get_news", "Get the latest news headlines for a topic",
             {"topic": {"type": "string"}}, ["topic"])
 SYSTEM_TOOLS = "You are a helpful assistant with access to the following functions. Use them if required -"
@@ -64,6 +74,17 @@ SAMPLES = {
         {"id": "hermes-1", "tools": [CONVERT], "messages": [
             {"role": "system", "content": "You are a function calling AI model. You may call one or more functions to assist with the user query."},
             {"role": "user", "content": "Convert 100 GBP to JPY and 40 EUR to USD."}]},
+        # A whole conversation with the source's call and its result: with --turns all (B2's default)
+        # the target's own call of get_current_weather is answered by it (the demo's tool loop).
+        {"id": "hermes-2", "tools": [CURRENT_WEATHER], "messages": [
+            {"role": "system", "content": "You are a function calling AI model. You may call one or more functions to assist with the user query."},
+            {"role": "user", "content": "What is the weather like in Paris right now?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "functions.get_current_weather:0", "type": "function",
+             "function": {"name": "get_current_weather", "arguments": {"location": "Paris", "unit": "celsius"}}}]},
+            {"role": "tool", "tool_call_id": "functions.get_current_weather:0", "name": "get_current_weather",
+             "content": "{\"temperature\": 18, \"unit\": \"celsius\", \"description\": \"light rain\"}"},
+            {"role": "assistant", "content": "It is 18 °C with light rain in Paris."},
+            {"role": "user", "content": "Thanks! Should I take an umbrella?"}]},
     ],
     "B3_ultrachat": [
         {"id": "d938b65d", "messages": [
@@ -92,10 +113,28 @@ SAMPLES = {
     ],
 }
 
-if __name__ == "__main__":
+def lines(records: list[dict]) -> str:
+    return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+
+def main() -> int:
+    """Write every config's file; `--check`: compare instead, exit 1 naming a file that differs."""
+    check = "--check" in sys.argv[1:]
+    stale = []
     OUT.mkdir(parents=True, exist_ok=True)
     for config, records in SAMPLES.items():
-        with open(OUT / f"{config}.jsonl", "w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        path = OUT / f"{config}.jsonl"
+        if check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != lines(records):
+                stale.append(str(path))
+            continue
+        path.write_text(lines(records), encoding="utf-8")
         print(f"{config}: {len(records)} prompts")
+    if stale:
+        print("differ from scripts/make_sample_prompts.py: " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
