@@ -192,6 +192,10 @@ def test_shards_split_by_conversation(tmp_path):
     conversation_of = {0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 2, 6: 3, 7: 3}
     assert owners and all(shards == {conversation_of[s] % 2} for s, shards in owners.items())
     assert {0, 1, 2, 3, 4} <= set(owners)  # conversations 0 and 1 ran every turn in their own shard
+    # Assembled from the shards' journals: the rows of one unsharded build of the same prompts.
+    assert main(["build", CONFIG, "--run-dir", str(run_dir), "--out", str(tmp_path / "ds")]) == 0
+    single = build(tmp_path / "single", prompts)
+    assert sorted(config_rows(tmp_path / "ds", CONFIG), key=lambda row: row["sample_id"]) == single
 
 
 @pytest.mark.parametrize("kill_at", ["journal.after_write:1", "journal.mid_write:2", "journal.before_write:3",
