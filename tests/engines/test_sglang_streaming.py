@@ -90,3 +90,18 @@ def test_a_router_retry_that_reuses_our_id_recovers(serve):
     results = run(http_engine(router_url, request_timeout_s=5.0), requests)
     assert worker.outcomes["duplicate"] >= len(requests)
     assert_rows_as_non_stream(worker_url, requests, results)
+
+
+def test_a_router_over_two_workers_retrying_with_our_id_gives_each_sample_once(serve):
+    """One worker times out at the router (which retries with the same rid on the next worker, or
+    on the slow one that still holds the id): every sample comes back once, as the worker generates it."""
+    slow = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("slow", every=1, delay_s=1.0),),
+                                keep_aborted_s=0.5)
+    fast = SGLangLoopbackServer(DeterministicBackend())
+    slow_url, fast_url = serve(slow).url, serve(fast).url
+    router = RouterLoopback([slow_url, fast_url], request_timeout_s=0.3, max_retries=3)
+    requests = random_requests(8, seed=6)
+    results = run(http_engine(serve(router).url, request_timeout_s=5.0), requests)
+    assert sorted(r.sample_id for r in results) == list(range(8)) and all(r.error is None for r in results)
+    assert router.tries > len(requests) and fast.outcomes["ok"] > 0  # retries happened, the fast worker answered
+    assert_rows_as_non_stream(fast_url, requests, results)

@@ -595,14 +595,18 @@ class SGLangLoopbackServer:
 
 
 class RouterLoopback:
-    """A stand-in for sglang-router 0.3.2 in front of one worker: `/generate` is forwarded with the
-    same body (rid included) under a total timeout (`request_timeout_secs`, default 1800,
+    """A stand-in for sglang-router 0.3.2 in front of one or more workers: `/generate` is forwarded
+    with the same body (rid included) under a total timeout (`request_timeout_secs`, default 1800,
     sglang_router/router_args.py:63) and retried on 408/429/5xx or that timeout up to
     `max_retries` times (`retry_max_retries=5`, router_args.py:77-82; `--disable-retries`,
-    router_args.py:535-538). The answer is buffered, then passed on with its status. GETs pass through."""
+    router_args.py:535-538); each attempt picks a worker again, in turn (round robin), so a retry
+    may land on another worker or on the one still holding the aborted id. The answer is buffered,
+    then passed on with its status. GETs go to the first worker."""
 
-    def __init__(self, worker_url: str, request_timeout_s: float = 1800.0, max_retries: int = 5):
-        self.worker_url = worker_url
+    def __init__(self, worker_url: str | list[str], request_timeout_s: float = 1800.0, max_retries: int = 5):
+        self.workers = [worker_url] if isinstance(worker_url, str) else list(worker_url)
+        self.worker_url = self.workers[0]
+        self._next = 0
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
         self.tries = 0
@@ -629,7 +633,8 @@ class RouterLoopback:
             self.tries += 1
             try:
                 async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.request_timeout_s)) as session:
-                    async with session.post(self.worker_url + "/generate", data=body,
+                    worker, self._next = self.workers[self._next % len(self.workers)], self._next + 1
+                    async with session.post(worker + "/generate", data=body,
                                             headers={"Content-Type": "application/json"}) as r:
                         status, payload, content_type = r.status, await r.read(), r.content_type
             except (asyncio.TimeoutError, aiohttp.ClientError):
