@@ -42,27 +42,21 @@ SOURCE = "sglang.Engine"
 FALLBACK_MAX_IN_FLIGHT = 1024
 
 
-def engine_capacity(engine: Any) -> int | None:
-    """Requests the engine runs at once over all its DP ranks (`loads.running_capacity`), None if unknown."""
+def engine_info(engine: Any) -> dict[str, Any]:
+    """`get_server_info()`, read once at launch: capacity, DP ranks and context limits come from it
+    ({} when it fails: informational, never worth failing a run for)."""
     try:
-        return running_capacity(engine.get_server_info())
-    except Exception as exc:  # an informational call; never worth failing a run for
-        log.debug("could not read the engine's running-request capacity: %s", exc)
-        return None
+        info = engine.get_server_info()
+    except Exception as exc:
+        log.debug("could not read the engine's server info: %s", exc)
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
-def engine_ranks(engine: Any) -> int:
-    """The engine's DP ranks (schedulers), from its server info; 1 when unknown."""
-    try:
-        return running_ranks(engine.get_server_info())
-    except Exception:  # informational
-        return 1
-
-
-def default_max_in_flight(engine: Any) -> int:
+def default_max_in_flight(info: dict[str, Any]) -> int:
     """The window's ceiling: twice the requests the engine runs at once (FALLBACK_MAX_IN_FLIGHT
     when unknown); within it the window follows the engine's load (`loads.py`)."""
-    capacity = engine_capacity(engine)
+    capacity = running_capacity(info)
     return FALLBACK_MAX_IN_FLIGHT if capacity is None else max(64, 2 * capacity)
 
 
@@ -75,14 +69,17 @@ def read_engine_load(engine: Any, loop: asyncio.AbstractEventLoop) -> EngineLoad
 
 class SGLangEngine(WindowedEngine):
     def __init__(self, engine: Any, *, loop: asyncio.AbstractEventLoop, owned_pids: set[int], max_in_flight: int,
-                 retry: RetryPolicy = RetryPolicy(), load_driven: bool = False):
+                 retry: RetryPolicy = RetryPolicy(), load_driven: bool = False, info: dict[str, Any] | None = None):
         self.engine = engine
         self.owned_pids = owned_pids
         self.retry = retry
         self._loop = loop
-        # Load-driven (the default): start at what the engine runs, follow its load up to the ceiling.
+        # Load-driven (the default): start at what the engine runs (its server `info`), follow its
+        # load up to the ceiling `max_in_flight`.
+        info = info or {}
         sizer = LoadDrivenSize(lambda: read_engine_load(engine, loop), max_in_flight) if load_driven else None
-        start = start_size(engine_capacity(engine), engine_ranks(engine), max_in_flight) if load_driven else max_in_flight
+        start = (start_size(running_capacity(info), running_ranks(info), max_in_flight) if load_driven
+                 else max_in_flight)
         self._window = InFlightWindow(loop, start, sizer)
         self._rids = RequestIds()
         self._closed = False
@@ -191,7 +188,8 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
     # The loop SGLang's own sync calls use (Engine.loop); requests must run on it too.
     loop = getattr(engine, "loop", None) or asyncio.new_event_loop()
     bind_loop_keep_sigterm(engine, loop, sigterm)
-    ceiling = default_max_in_flight(engine) if options.max_in_flight is None else options.max_in_flight
+    info = engine_info(engine)
+    ceiling = default_max_in_flight(info) if options.max_in_flight is None else options.max_in_flight
     wrapper = SGLangEngine(
         engine,
         loop=loop,
@@ -199,11 +197,9 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
         max_in_flight=ceiling,
         retry=retry,
         load_driven=options.max_in_flight is None,
+        info=info,
     )
-    try:
-        wrapper.limits = ContextLimits.from_server_info(engine.get_server_info())
-    except Exception as exc:  # informational, like default_max_in_flight
-        log.debug("could not read the engine's context limits: %s", exc)
+    wrapper.limits = ContextLimits.from_server_info(info)
     atexit.register(wrapper.close)
     log.info("sglang engine started: %s (%s)", options.model,
              f"{wrapper.max_in_flight} requests in flight" if options.max_in_flight is not None else
