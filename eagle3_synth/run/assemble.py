@@ -19,7 +19,7 @@ import pyarrow as pa
 from eagle3_synth.contract.profiles import MarkerIds
 from eagle3_synth.contract.row import FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.conversations import FAILED, FRESH, NEXT, rollout_states
+from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.progress import MAX_LISTED, Coverage
@@ -185,7 +185,7 @@ def check_run(run_dir: str, config: str) -> Coverage:
         for position in failed_positions[:MAX_LISTED].tolist():
             result = read(position)
             failed.append(f"sample_id {result['sample_id']}: {result.get('error') or 'aborted by the engine'}")
-    unfinished = (states.state == FRESH) | (states.state == NEXT)
+    unfinished = states.unfinished
     return Coverage(
         config=config,
         run_dir=run_dir,

@@ -124,6 +124,11 @@ class RolloutStates:
     def count(self, *states: int) -> int:
         return int(np.isin(self.state, states).sum())
 
+    @property
+    def unfinished(self) -> np.ndarray:
+        """Per rollout: whether it has a turn to generate (not DONE, not FAILED)."""
+        return (self.state != DONE) & (self.state != FAILED)
+
 
 def rollout_states(slots: PromptSlots, index: JournalIndex, shard: Shard, retry_errors: bool) -> RolloutStates:
     """Vectorised over rollouts: a rollout's journaled turns are the index's ids in its range."""
@@ -149,9 +154,7 @@ def starting_turns(rollouts: Iterator[PreparedPrompt], states: RolloutStates, re
     """The turn each unfinished rollout starts from, in rollout order (`rollouts`: prompts.jsonl's
     rollouts with something to do, in order): turn 0, the failed turn again, or the turn after the
     last journaled one (computed from that result, as it was when it came in)."""
-    todo = states.state != DONE
-    todo &= states.state != FAILED
-    wanted = iter(np.flatnonzero(todo).tolist())
+    wanted = iter(np.flatnonzero(states.unfinished).tolist())
     for rollout, at in zip(rollouts, wanted):
         state, turn, position = int(states.state[at]), int(states.turn[at]), int(states.position[at])
         if state == FRESH:

@@ -215,15 +215,6 @@ class RunDirectory:
                         continue
                 yield PreparedPrompt(**json.loads(line))
 
-    def prompt_ids(self) -> np.ndarray:
-        """All prepared sample_ids (int64), read without parsing the prompts."""
-        ids = array("q")
-        with self.fs.open(self._path(PROMPTS_FILE), "rb") as handle:
-            for line in handle:
-                head = _PROMPT_ID.match(line)
-                ids.append(int(head.group(1)) if head else json.loads(line)["sample_id"])
-        return np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, np.int64)
-
     def prompt_slots(self) -> "PromptSlots":
         """Every rollout's first sample id, conversation and turn count (int64 arrays), read from
         the head of each line; a line written before rollouts is one turn of its own conversation."""

@@ -17,7 +17,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
 
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
@@ -93,8 +92,7 @@ def _rollouts_to_do(run: RunDirectory, index: JournalIndex, options: RunOptions,
     summary.prompts = len(states.state) + summary.rejected
     summary.already_done = states.count(DONE)
     summary.failed_before = states.count(FAILED)
-    todo = (states.state != DONE) & (states.state != FAILED)
-    return states, set(slots.first[states.rollout[todo]].tolist())
+    return states, set(slots.first[states.rollout[states.unfinished]].tolist())
 
 
 def _rollout_reject(strict: bool) -> Callable[[dict[str, Any]], None]:
@@ -192,20 +190,23 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
     )
     kill_point("run.claimed")
     engine = None
+    limits: tuple[int | None, str] | None = None  # the longest prompt kept, and why (read once an engine runs)
+    chats = ChatTokenizers(chat)  # the run's kwargs and every drawn mix, one templater each
     try:
         if not run.prompts_ready:
             # A new run needs its engine anyway; created first, its own prompt limit (SGLang: context,
             # max_req_input_len, speculative slots) bounds `too_long`, so no prompt the engine would
             # refuse becomes a sample error that --retry-errors cannot fix.
             engine = create_engine(options.engine, engine_options(spec, options))
-            limit, why = prompt_limit(spec, engine)
+            limits = prompt_limit(spec, engine)
+            limit, why = limits
             rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
             preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=model.tokenizer,
                                       trust_remote_code=model.trust_remote_code,
                                       rejects_file=f"{options.run_dir}/{REJECTS_FILE}", too_long_reason=why)
             conversations = iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=limit,
                                                   preparation=preparation, whole=spec.conversations.whole)
-            run.write_prompts(iter_rollouts(conversations, spec.conversations, ChatTokenizers(chat), rejects,
+            run.write_prompts(iter_rollouts(conversations, spec.conversations, chats, rejects,
                                             max_prompt_tokens=limit, too_long_reason=why,
                                             reject=_rollout_reject(options.strict)), rejects)
         kill_point("prompts.ready")
@@ -216,8 +217,8 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
         states, todo = _rollouts_to_do(run, index, options, summary)
         if todo:
             engine = engine or create_engine(options.engine, engine_options(spec, options))
-            limit = prompt_limit(spec, engine)[0]
-            next_turns = NextTurns(ChatTokenizers(chat), markers, profile, limit)
+            limits = limits or prompt_limit(spec, engine)
+            next_turns = NextTurns(chats, markers, profile, limits[0])
             progress = Progress(summary, total=summary.prompts - summary.rejected,
                                 done=summary.already_done + summary.failed_before, engine=engine,
                                 stream=progress_stream)
