@@ -160,6 +160,12 @@ def assistant_message(content: str | None, tool_calls: list[dict[str, Any]] | No
     return message
 
 
+def count_calls(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Tool calls made in these messages: where the next generated turn's call ids continue
+    (`history.history_message(first_call_index=...)`)."""
+    return sum(len(message.get("tool_calls") or ()) for message in messages)
+
+
 class ToolCallIds:
     """Gives each call of a conversation an id and matches tool results back to their call.
 

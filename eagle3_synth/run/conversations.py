@@ -31,7 +31,7 @@ from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.engines.base import GenerationRequest
 from eagle3_synth.errors import EngineError, PromptError
-from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.conversation import Conversation, count_calls
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.turns import continuation
@@ -72,10 +72,6 @@ def first_turn(rollout: PreparedPrompt) -> Turn:
     return Turn(rollout, 0, rollout.prompt_ids, rollout.messages)
 
 
-def _calls_in(messages: list[dict[str, Any]]) -> int:
-    return sum(len(message.get("tool_calls") or ()) for message in messages)
-
-
 class NextTurns:
     """Turn t+1 of a rollout from turn t's result, or why the rollout ends there (`turns.ENDINGS`)."""
 
@@ -98,7 +94,7 @@ class NextTurns:
                                  finish_reason=finish_reason)
         chat = self.chats.get(rollout.template_kwargs)
         generated = history_message(output_ids, bounds, chat.tokenizer, self.markers, self.profile, tools=rollout.tools,
-                                    first_call_index=_calls_in(turn.messages))
+                                    first_call_index=count_calls(turn.messages))
         messages, ending = continuation(turn.messages, generated, rollout.script, turn.turn)
         if messages is None:
             return ending or "source_end"

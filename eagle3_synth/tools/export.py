@@ -36,7 +36,7 @@ from typing import Any
 
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.conversation import Conversation, count_calls
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.tools.decode import decode_ids
@@ -114,27 +114,13 @@ def _kept_conversation(row: Row, options: ExportOptions, skipped: Counter) -> li
         return None
     messages = json.loads(row["messages"])
     tools = json.loads(row["tools"]) if row["tools"] else None
-    calls = sum(len(message.get("tool_calls") or ()) for message in messages)
     generated = history_message(row["output_ids"], row, options.tokenizer, options.markers, options.profile,
-                                tools=tools, first_call_index=calls)
+                                tools=tools, first_call_index=count_calls(messages))
     return [*messages, generated]
 
 
-def _string_arguments(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with every call's arguments a JSON string (as `json.dumps` and `tojson` write them)."""
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    written = []
-    for call in calls:
-        function = call.get("function") or {}
-        if "arguments" in function and not isinstance(function["arguments"], str):
-            function = {**function, "arguments": json.dumps(function["arguments"], ensure_ascii=False)}
-        written.append({**call, "function": function})
-    return {**message, "tool_calls": written}
-
-
 RESERVED = ("id", "conversations", "tools")
+STRING_ARGUMENTS = MessageForm(arguments="string")
 
 
 def specforge_record(row: Row, options: ExportOptions, skipped: Counter) -> dict[str, Any] | None:
@@ -142,7 +128,8 @@ def specforge_record(row: Row, options: ExportOptions, skipped: Counter) -> dict
     if conversation is None:
         return None
     record: dict[str, Any] = {"id": _row_id(row, options),
-                              "conversations": [_string_arguments(m) for m in conversation],
+                              # every call's arguments a JSON string, as `tojson`/`json.dumps` write them
+                              "conversations": STRING_ARGUMENTS.apply(Conversation(conversation))[0],
                               "tools": row["tools"] or "[]"}
     for key, value in json.loads(row.get("template_kwargs") or "{}").items():
         if key in RESERVED:

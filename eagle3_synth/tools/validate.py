@@ -26,7 +26,7 @@ from typing import Any
 
 from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
 from eagle3_synth.prompts.templating import ChatTokenizer
-from eagle3_synth.prompts.conversation import validate_conversation
+from eagle3_synth.prompts.conversation import count_calls, validate_conversation
 from eagle3_synth.errors import PromptError
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.prompts.forms import MessageForm
@@ -129,9 +129,8 @@ class RowValidator:
         if self.profile is None or len(messages) <= len(history):
             return [] if self.profile is None else [("history_not_own", f"turn {turn}'s history ends where turn "
                                                                        f"{turn - 1}'s does")]
-        calls = sum(len(message.get("tool_calls") or ()) for message in history)
         own = history_message(list(previous["output_ids"]), previous, self.chat.tokenizer, self.markers, self.profile,
-                              tools=tools, first_call_index=calls)
+                              tools=tools, first_call_index=count_calls(history))
         if messages[len(history)] != own:
             return [("history_not_own", f"messages[{len(history)}] is not turn {turn - 1}'s output as the parsers "
                                         f"return it (content {str(messages[len(history)].get('content'))[:40]!r})")]
