@@ -72,7 +72,7 @@ def iter_rows(
     only those in the `[start, stop)` sample-id `ranges` when given.
 
     Works while a run is still generating (unfinished samples are left out, failed ones too).
-    Memory holds the journal index (about 25 bytes a sample) and one sample at a time.
+    Memory holds the journal index (about 30 bytes a sample) and one sample at a time.
     """
     wanted = _Ranges(ranges)
     if wanted.ranges == []:

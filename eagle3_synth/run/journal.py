@@ -40,7 +40,8 @@ DEFAULT_ROLL_BYTES = 256 << 20
 
 # A result line starts with these keys (see `encode_result`), so the index reads them without
 # parsing the thousands of output ids behind them.
-_RESULT_HEAD = re.compile(rb'\{"sample_id":(\d+),"finish_reason":"([a-z]+)"(,"continues":true)?')
+_RESULT_HEAD = re.compile(rb'\{"sample_id":(\d+),"finish_reason":"([a-z]+)"(,"continues":true)?'
+                          rb'(?:,"prompt_tokens":\d+,"completion_tokens":(\d+))?')
 _HEADER_PREFIX = b'{"journal":'
 _REASON_CODES = {reason.encode(): code for code, reason in enumerate(FINISH_REASONS)}
 _ABORT = FINISH_REASONS.index("abort")
@@ -173,7 +174,7 @@ class JournalWriter:
 class JournalIndex:
     """The chosen result of every journaled sample, as arrays sorted by `sample_id`.
 
-    About 25 bytes a sample (not a dict of Python objects), so memory stays small next to the
+    About 30 bytes a sample (not a dict of Python objects), so memory stays small next to the
     ~8 KB of ids each sample carries; results themselves are read one at a time by offset.
     """
 
@@ -187,10 +188,13 @@ class JournalIndex:
     torn: int = 0  # lines cut short by a crash (skipped; those samples are generated again)
     corrupt: int = 0  # complete lines that are not valid results (skipped, warned about)
     continues: np.ndarray | None = None  # bool: the result's rollout has a next turn (None: none has)
+    completion_tokens: np.ndarray | None = None  # int32 output ids of each result, from its head (None: 0)
 
     def __post_init__(self) -> None:
         if self.continues is None:
             self.continues = np.zeros(len(self.sample_ids), dtype=bool)
+        if self.completion_tokens is None:
+            self.completion_tokens = np.zeros(len(self.sample_ids), dtype=np.int32)
 
     @property
     def ok(self) -> np.ndarray:
@@ -250,6 +254,7 @@ class JournalIndex:
 def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) -> JournalIndex:
     """Index every journal file; refuse files written for another fingerprint."""
     ids, file_index, offsets, reasons, continues = array("q"), array("i"), array("q"), array("b"), array("b")
+    completion = array("i")
     sessions: list[dict[str, Any]] = []
     foreign: list[str] = []
     torn = corrupt = 0
@@ -279,6 +284,7 @@ def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) ->
                         offsets.append(offset)
                         reasons.append(code)
                         continues.append(head.group(3) is not None)
+                        completion.append(int(head.group(4) or 0))
                 offset += len(line)
     if foreign:
         raise ConfigError(
@@ -295,6 +301,7 @@ def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) ->
         offsets=_numpy(offsets, np.int64)[chosen],
         reasons=reasons_a[chosen],
         continues=_numpy(continues, np.int8)[chosen].astype(bool),
+        completion_tokens=_numpy(completion, np.int32)[chosen],
         sessions=sessions,
         duplicates=duplicates,
         torn=torn,

@@ -69,8 +69,7 @@ def measure(run_dir: str) -> Measured:
     slots = run.prompt_slots()
     states = rollout_states(slots, index, Shard(), retry_errors=False)
     tokens_per_rollout = np.zeros(len(slots), dtype=np.int64)
-    with index.reader(run.fs) as read:
-        completion = np.array([read(p)["completion_tokens"] for p in range(len(index.sample_ids))], dtype=np.int64)
+    completion = index.completion_tokens.astype(np.int64)  # read from each line's head by the scan
     owner = np.searchsorted(slots.first, index.sample_ids, side="right") - 1
     np.add.at(tokens_per_rollout, owner[owner >= 0], completion[owner >= 0])
     done = states.state == DONE
