@@ -10,6 +10,7 @@ keeps `sample_id == conversation_id`, as before rollouts existed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.errors import PromptError
 from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.hygiene import Reject
 from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.prompts.turns import ConversationPlan, drawn_kwargs, turn_count
 
@@ -30,8 +32,6 @@ class ChatTokenizers:
 
     @staticmethod
     def key(kwargs: dict[str, Any]) -> str:
-        import json
-
         return json.dumps(kwargs, sort_keys=True, default=str)
 
     def effective(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -79,21 +79,17 @@ def iter_rollouts(
         for sample_index in range(plan.samples_per_prompt):
             kwargs = chats.effective(drawn_kwargs(plan, conversation_id, sample_index))
             sample_id = first + sample_index * turns
-            ids = prompt.prompt_ids
+            ids: list[int] | Reject = prompt.prompt_ids
             if kwargs != chats.base.template_kwargs:
-                try:
-                    ids = chats.get(kwargs).prompt_ids(Conversation(prompt.messages, prompt.tools))
-                    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
-                        raise _TooLong(f"{len(ids)} prompt tokens > {max_prompt_tokens} ({too_long_reason})")
-                except (PromptError, _TooLong) as exc:
-                    record = {"sample_id": sample_id, "source_id": prompt.source_id, "conversation_id": conversation_id,
-                              "sample_index": sample_index,
-                              "reason": "too_long" if isinstance(exc, _TooLong) else "template_error",
-                              "detail": f"sample_id {sample_id} (template kwargs {kwargs}): {exc}"}
-                    rejects.append(record)
-                    if reject is not None:
-                        reject(record)
-                    continue
+                ids = _templated(chats.get(kwargs), prompt, max_prompt_tokens, too_long_reason)
+            if isinstance(ids, Reject):
+                record = {"sample_id": sample_id, "source_id": prompt.source_id, "conversation_id": conversation_id,
+                          "sample_index": sample_index, "reason": ids.reason,
+                          "detail": f"sample_id {sample_id} (template kwargs {kwargs}): {ids}"}
+                rejects.append(record)
+                if reject is not None:
+                    reject(record)
+                continue
             yield replace(prompt, sample_id=sample_id, prompt_ids=ids, conversation_id=conversation_id, turns=turns,
                           sample_index=sample_index, template_kwargs=kwargs)
         offset += plan.samples_per_prompt * turns - 1
@@ -101,5 +97,13 @@ def iter_rollouts(
     place_rejects()
 
 
-class _TooLong(Exception):
-    pass
+def _templated(chat: ChatTokenizer, prompt: PreparedPrompt, max_prompt_tokens: int | None, too_long_reason: str
+               ) -> list[int] | Reject:
+    """The rollout's first prompt in its own kwargs, or why it cannot be kept (hygiene's reasons)."""
+    try:
+        ids = chat.prompt_ids(Conversation(prompt.messages, prompt.tools))
+    except PromptError as exc:
+        return Reject("template_error", str(exc))
+    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+        return Reject("too_long", f"{len(ids)} prompt tokens > {max_prompt_tokens} ({too_long_reason})")
+    return ids
