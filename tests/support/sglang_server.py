@@ -501,17 +501,23 @@ class SGLangLoopbackServer:
             sent = end
         return chunks
 
-    async def _answer_stream(self, request: web.Request, input_ids: Any, sampling: dict[str, Any],
-                             rid: str) -> tuple[web.StreamResponse, bool]:
-        """`stream: true` (http_server.py:949-981): headers at once (Starlette sends them before the
-        body), nothing while queued, then `data: <json>\\n\\n` chunks and `data: [DONE]\\n\\n`.
-        Returns the response and whether the client went away (the request was aborted)."""
+    def _fault_for(self, input_ids: Any) -> Fault | None:
+        """This attempt's fault, if one applies (attempts counted per prompt), counted as an outcome."""
         digest = prompt_digest(input_ids) if isinstance(input_ids, list) else 0
         attempt = self.attempts[digest]
         self.attempts[digest] += 1
         fault = next((f for f in self.faults if f.applies(digest, attempt)), None)
         if fault is not None:
             self.outcomes[f"fault:{fault.kind}"] += 1
+        return fault
+
+    async def _answer_stream(self, request: web.Request, input_ids: Any, sampling: dict[str, Any],
+                             rid: str) -> tuple[web.StreamResponse, bool]:
+        """`stream: true` (http_server.py:949-981): headers at once (Starlette sends them before the
+        body), nothing while queued, then `data: <json>\\n\\n` chunks and `data: [DONE]\\n\\n`.
+        Returns the response and whether the client went away (the request was aborted)."""
+        fault = self._fault_for(input_ids)
+        if fault is not None:
             if fault.kind == "status":  # as a proxy or router in front would answer
                 return self._respond(fault.status, R.error_5xx(fault.status, "Internal server error"
                                                                if fault.status == 500 else "The request queue is full.")), False
@@ -558,12 +564,8 @@ class SGLangLoopbackServer:
         return response, False
 
     async def _answer(self, request: web.Request, input_ids: Any, sampling: dict[str, Any], rid: str) -> web.StreamResponse:
-        digest = prompt_digest(input_ids) if isinstance(input_ids, list) else 0
-        attempt = self.attempts[digest]
-        self.attempts[digest] += 1
-        fault = next((f for f in self.faults if f.applies(digest, attempt)), None)
+        fault = self._fault_for(input_ids)
         if fault is not None:
-            self.outcomes[f"fault:{fault.kind}"] += 1
             if fault.kind == "status":
                 return self._respond(fault.status, R.error_5xx(fault.status, "Internal server error"
                                                                if fault.status == 500 else "The request queue is full."))
