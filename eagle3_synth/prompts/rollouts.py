@@ -81,7 +81,8 @@ def iter_rollouts(
             sample_id = first + sample_index * turns
             ids: list[int] | Reject = prompt.prompt_ids
             if kwargs != chats.base.template_kwargs:
-                ids = _templated(chats.get(kwargs), prompt, max_prompt_tokens, too_long_reason)
+                ids = templated(chats.get(kwargs), Conversation(prompt.messages, prompt.tools), max_prompt_tokens,
+                                too_long_reason)
             if isinstance(ids, Reject):
                 record = {"sample_id": sample_id, "source_id": prompt.source_id, "conversation_id": conversation_id,
                           "sample_index": sample_index, "reason": ids.reason,
@@ -97,11 +98,12 @@ def iter_rollouts(
     place_rejects()
 
 
-def _templated(chat: ChatTokenizer, prompt: PreparedPrompt, max_prompt_tokens: int | None, too_long_reason: str
-               ) -> list[int] | Reject:
-    """The rollout's first prompt in its own kwargs, or why it cannot be kept (hygiene's reasons)."""
+def templated(chat: ChatTokenizer, conversation: Conversation, max_prompt_tokens: int | None,
+              too_long_reason: str = "the model's context minus max_new_tokens") -> list[int] | Reject:
+    """A prompt templated after preparation (a rollout's in its drawn kwargs, a later turn's), or
+    why it cannot be kept, with hygiene's reasons (`template_error`, `too_long`)."""
     try:
-        ids = chat.prompt_ids(Conversation(prompt.messages, prompt.tools))
+        ids = chat.prompt_ids(conversation)
     except PromptError as exc:
         return Reject("template_error", str(exc))
     if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:

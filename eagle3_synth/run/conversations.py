@@ -30,10 +30,11 @@ from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reaso
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.engines.base import GenerationRequest
-from eagle3_synth.errors import EngineError, PromptError
+from eagle3_synth.errors import EngineError
 from eagle3_synth.prompts.conversation import Conversation, count_calls
 from eagle3_synth.prompts.history import history_message
-from eagle3_synth.prompts.rollouts import ChatTokenizers
+from eagle3_synth.prompts.hygiene import Reject
+from eagle3_synth.prompts.rollouts import ChatTokenizers, templated
 from eagle3_synth.prompts.turns import continuation
 from eagle3_synth.run.directory import PromptSlots
 from eagle3_synth.run.journal import JournalIndex, TurnPrompt
@@ -98,12 +99,9 @@ class NextTurns:
         messages, ending = continuation(turn.messages, generated, rollout.script, turn.turn)
         if messages is None:
             return ending or "source_end"
-        try:
-            ids = chat.prompt_ids(Conversation(messages, rollout.tools))
-        except PromptError:
-            return "template_error"
-        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
-            return "too_long"
+        ids = templated(chat, Conversation(messages, rollout.tools), self.max_prompt_tokens)
+        if isinstance(ids, Reject):
+            return ids.reason  # template_error or too_long: an ending of turns.ENDINGS
         return Turn(rollout, turn.turn + 1, ids, messages)
 
 
@@ -128,20 +126,22 @@ class RolloutStates:
 
 def rollout_states(slots: PromptSlots, index: JournalIndex, shard: Shard, retry_errors: bool) -> RolloutStates:
     """Vectorised over rollouts: a rollout's journaled turns are the index's ids in its range."""
-    owned = np.flatnonzero(slots.conversation % shard.count == shard.index)
+    owned = np.flatnonzero(shard.owns(slots.conversation))
+    if not len(index.sample_ids):  # nothing journaled yet: every rollout starts at turn 0
+        none = np.full(len(owned), -1, dtype=np.int64)
+        return RolloutStates(owned, np.full(len(owned), FRESH, dtype=np.int8), none, none.copy())
     first, turns = slots.first[owned], slots.turns[owned]
     low = np.searchsorted(index.sample_ids, first)
     high = np.searchsorted(index.sample_ids, first + turns)
     has = high > low
     position = np.where(has, high - 1, -1)
     safe = np.maximum(position, 0)
-    ok = index.ok[safe] if len(index.sample_ids) else np.zeros(len(owned), bool)
-    continues = index.continues[safe] if len(index.sample_ids) else np.zeros(len(owned), bool)
+    ok, continues = index.ok[safe], index.continues[safe]
     state = np.full(len(owned), FRESH, dtype=np.int8)
     state[has & ok & continues] = NEXT
     state[has & ok & ~continues] = DONE
     state[has & ~ok] = RETRY if retry_errors else FAILED
-    turn = np.where(has, (index.sample_ids[safe] if len(index.sample_ids) else 0) - first, -1)
+    turn = np.where(has, index.sample_ids[safe] - first, -1)
     return RolloutStates(owned, state, turn, position)
 
 

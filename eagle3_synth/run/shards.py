@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from eagle3_synth.errors import ConfigError
 
@@ -27,7 +28,8 @@ class Shard:
         if not 0 <= self.index < self.count:
             raise ConfigError(f"--shard-index must be in 0..{self.count - 1} for --num-shards {self.count}, got {self.index}")
 
-    def owns(self, conversation_id: int) -> bool:
+    def owns(self, conversation_id: Any) -> Any:
+        """Whether this shard owns a conversation (an int), or which of them (a numpy array)."""
         return conversation_id % self.count == self.index
 
     def __str__(self) -> str:
