@@ -73,14 +73,20 @@ def _row_id(row: Row, options: ExportOptions) -> str:
     return f"{options.config}-{row['sample_id']}"
 
 
+def _over_max_length(row: Row, options: ExportOptions) -> bool:
+    """More prompt + output tokens than `--max-length` allows."""
+    return options.max_length is not None and row["prompt_tokens"] + row["completion_tokens"] > options.max_length
+
+
 def ids_record(row: Row, options: ExportOptions, skipped: Counter) -> dict[str, Any] | None:
-    example = training_example(row, train_on=options.train_on)
-    if options.max_length is not None and len(example["input_ids"]) > options.max_length:
+    cut = None
+    if _over_max_length(row, options):
         if options.overlong == "drop":
             skipped[OVER_MAX] += 1
             return None
         skipped[TRUNCATED] += 1
-        example = training_example(row, train_on=options.train_on, max_length=options.max_length)
+        cut = options.max_length
+    example = training_example(row, train_on=options.train_on, max_length=cut)
     record: dict[str, Any] = {"id": _row_id(row, options), **example}
     if options.text and options.tokenizer is not None:
         record["text"] = decode_ids(options.tokenizer, example["input_ids"])
@@ -109,7 +115,7 @@ def _kept_conversation(row: Row, options: ExportOptions, skipped: Counter) -> li
     if stop is not None and stop not in _end_of_turn_ids(options) and not options.include_other_stops:
         skipped["stopped on a token that is not the template's end of turn (--include-other-stops keeps them)"] += 1
         return None
-    if options.max_length is not None and row["prompt_tokens"] + row["completion_tokens"] > options.max_length:
+    if _over_max_length(row, options):
         skipped[OVER_MAX] += 1
         return None
     messages = json.loads(row["messages"])

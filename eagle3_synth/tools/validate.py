@@ -126,9 +126,10 @@ class RowValidator:
             return [("messages_unreadable", str(exc))]
         if messages[: len(history)] != history:
             return [("history_not_own", f"turn {turn}'s history does not start with turn {turn - 1}'s")]
-        if self.profile is None or len(messages) <= len(history):
-            return [] if self.profile is None else [("history_not_own", f"turn {turn}'s history ends where turn "
-                                                                       f"{turn - 1}'s does")]
+        if self.profile is None:  # the output's history message needs the family's parsers
+            return []
+        if len(messages) <= len(history):
+            return [("history_not_own", f"turn {turn}'s history ends where turn {turn - 1}'s does")]
         own = history_message(list(previous["output_ids"]), previous, self.chat.tokenizer, self.markers, self.profile,
                               tools=tools, first_call_index=count_calls(history))
         if messages[len(history)] != own:
