@@ -47,6 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def use_colour(choice: str) -> bool:
+    """--colour: always, never, or auto (on a terminal, unless NO_COLOR is set)."""
+    return choice == "always" or (choice == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+
+
 def show_conversations(args: argparse.Namespace, source, config: str) -> int:  # noqa: ANN001 - a RowSource
     """`--conversation`: every turn of each rollout asked for, in order."""
     table = source.table(config, ["sample_id", "conversation_id", "sample_index"])
@@ -58,7 +63,7 @@ def show_conversations(args: argparse.Namespace, source, config: str) -> int:  #
     if not wanted:
         return 1
     tokenizer, _ = TokenizerCache(args).get(source.provenance(config))
-    colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    colour = use_colour(args.colour)
     rollouts: dict[tuple[int, int], list[dict]] = {}
     for row in source.rows_by_id(config, [sample_id for sample_id, _ in wanted]):
         rollouts.setdefault((row["conversation_id"], row["sample_index"]), []).append(row)
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         return 0
     tokenizer, _ = TokenizerCache(args).get(source.provenance(config))
-    colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    colour = use_colour(args.colour)
     for row in source.rows_by_id(config, ids):
         print()
         print(render_row(row, tokenizer, colour=colour, show_ids=args.ids, show_messages=not args.no_messages))
