@@ -107,7 +107,8 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     engine.add_argument("--url", action="append", default=[], help="sglang-http: server or router URL (repeatable)")
     engine.add_argument("--max-in-flight", type=int, help="sglang engines: a fixed number of requests in flight "
                         "(default: follow the engine's load, from what it runs at once up to twice that; "
-                        "sglang-http without /v1/loads or server capacity, e.g. a router: 256)")
+                        "where the load cannot be read, that ceiling; sglang-http without a server capacity, "
+                        "e.g. a router: 256)")
     engine.add_argument("--priority", choices=PRIORITIES, default=GenerationSettings.priority,
                         help="sglang engines: turns-left sends each request the turns its conversation may still "
                         "have as its priority, so SGLang runs long conversations' turns first (the engine gets "

@@ -45,10 +45,11 @@ def test_window_is_what_runs_plus_a_short_queue_and_grows_while_nothing_waits():
 
 def test_a_load_driven_window_starts_at_most_64_per_rank():
     assert start_size(8 * 2048, ranks=8, ceiling=32768) == 8 * START_PER_RANK  # unset max_running_requests
-    assert start_size(8 * 16, ranks=8, ceiling=1000) == 128 and start_size(None, ranks=2, ceiling=100) == 100
+    assert start_size(8 * 16, ranks=8, ceiling=1000) == 128
+    assert start_size(None, ranks=2, ceiling=256) == 256  # unknown capacity (a router): the static window
 
 
-def test_load_is_read_at_most_every_interval_and_unreadable_load_keeps_the_size():
+def test_load_is_read_at_most_every_interval_and_unreadable_load_fixes_the_ceiling():
     now = [0.0]
     reads = []
 
@@ -57,10 +58,12 @@ def test_load_is_read_at_most_every_interval_and_unreadable_load_keeps_the_size(
         return None if len(reads) <= 3 else EngineLoad(8, 0, 1, 0.0)
 
     sizer = LoadDrivenSize(read, ceiling=100, every=2.0, clock=lambda: now[0])
+    sizes = []
     for t in (0.0, 1.0, 2.0, 3.9, 4.0, 10.0):
         now[0] = t
-        assert sizer(16) == 16
+        sizes.append(sizer(16))
     assert reads == [0.0, 2.0, 4.0]  # three failures in a row: no more reads
+    assert sizes == [16, 16, 16, 16, 100, 16]  # ... and the window then stays at the ceiling it was given
 
 
 def test_offline_engine_window_follows_get_loads_with_attention_dp(launch):  # noqa: F811
@@ -96,8 +99,8 @@ def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):  # noqa:
         engine.check_servers()
         engine._window.sizer.every = 0.0
         assert len(list(engine.generate(random_requests(20), PARAMS))) == 20
-        # (capacity 256 on one rank: a start of 64, the most per rank; a ceiling of 512)
-        assert engine._window.sizer.last_load is None and engine.max_in_flight == 64
+        # (capacity 256 on one rank: a start of 64, the most per rank; without loads, the ceiling of 512)
+        assert engine._window.sizer.last_load is None and engine.max_in_flight == 512
     finally:
         engine.close()
 

@@ -83,9 +83,11 @@ def running_capacity(info: Mapping[str, Any]) -> int | None:
 def start_size(capacity: int | None, ranks: int, ceiling: int) -> int:
     """A load-driven window's first size: what the engine runs at once, at most START_PER_RANK per
     rank (an unset max_running_requests reads thousands, far above what KV holds); it doubles from
-    there while the engine takes everything (`window_size`)."""
-    start = START_PER_RANK * max(ranks, 1) if capacity is None else min(capacity, START_PER_RANK * max(ranks, 1))
-    return max(1, min(ceiling, start))
+    there while the engine takes everything (`window_size`). Unknown capacity (a router's info):
+    the ceiling, the static window."""
+    if capacity is None:
+        return max(1, ceiling)
+    return max(1, min(ceiling, capacity, START_PER_RANK * max(ranks, 1)))
 
 
 def window_size(load: EngineLoad, current: int, ceiling: int) -> int:
@@ -103,7 +105,8 @@ def window_size(load: EngineLoad, current: int, ceiling: int) -> int:
 class LoadDrivenSize:
     """Called by the window between results (`InFlightWindow(sizer=...)`): reads the load at most
     every `every` seconds and returns the window's next size. A read that fails keeps the size;
-    after FAILED_READS in a row it stops reading (a router that serves no `/v1/loads`)."""
+    after FAILED_READS in a row it stops reading (a router that serves no `/v1/loads`) and the
+    window becomes the static ceiling, so an engine whose load cannot be seen is not underfed."""
 
     def __init__(self, read: Callable[[], EngineLoad | None], ceiling: int, *, every: float = LOAD_POLL_S,
                  clock: Callable[[], float] = time.monotonic):
@@ -128,7 +131,8 @@ class LoadDrivenSize:
         if load is None:
             self._failures += 1
             if self._failures == FAILED_READS:
-                log.info("the engine's load cannot be read; the in-flight window stays at %d", current)
+                log.info("the engine's load cannot be read; the in-flight window is fixed at %d", self.ceiling)
+                return self.ceiling
             return current
         self._failures = 0
         self.last_load = load
