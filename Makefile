@@ -7,9 +7,10 @@ BIN := $(VENV)/bin
 
 $(BIN)/eagle3-synth: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	@# pip's own notices (setuptools' editable-install note, index locations) go to a log, shown on failure
+	$(BIN)/pip install --quiet --upgrade pip >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	$(BIN)/pip install --quiet torch==2.13.0 >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	$(BIN)/pip install --quiet -e '.[test]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	touch $@
 
 setup: $(BIN)/eagle3-synth

@@ -7,6 +7,8 @@ import logging
 import sys
 from importlib import import_module
 
+from eagle3_synth import __version__
+from eagle3_synth.cli.progress_bars import third_party_bars_off_unless_terminal
 from eagle3_synth.errors import Eagle3SynthError
 
 # Subcommand name -> module under eagle3_synth.cli (imported only when used).
@@ -21,6 +23,7 @@ COMMANDS = {
     "plan": "plan",
     "publish": "publish",
     "doctor": "doctor",
+    "configs": "configs",
 }
 
 
@@ -32,6 +35,7 @@ def make_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Exact-token training data for EAGLE-3 drafters: generate, assemble, check and publish.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
         if only is None or name == only:
@@ -51,6 +55,7 @@ def _command_in(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = make_parser(_command_in(argv)).parse_args(argv)
+    third_party_bars_off_unless_terminal()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
     for noisy in ("httpx", "datasets", "huggingface_hub", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -20,6 +20,7 @@ from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.tools.export import FORMATS, KEPT, OVERLONG, ExportOptions, export_rows
 from eagle3_synth.tools.training import TRAIN_ON
 from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
+from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -45,12 +46,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="--max-length: drop longer rows (default), or truncate them (--format ids: ids and "
                         "mask past L removed)")
     add_tokenizer_arguments(parser)
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.max_length is not None and args.max_length < 1:
         raise ConfigError(f"--max-length must be >= 1, got {args.max_length}")
+    check_outputs([args.out], "--out", args.overwrite)
     source, config = open_config(args)
     ids = args.format in ("ids", "speculators")
     if not ids and args.train_on != "output":

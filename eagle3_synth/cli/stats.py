@@ -13,6 +13,7 @@ import json
 from eagle3_synth.dataset.stores import resolve_configs
 from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths, turn_stats
 from eagle3_synth.cli.data_options import add_source_argument, open_from_args
+from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,10 +25,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the figures as JSON")
     output.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_outputs([args.plot], "--plot", args.overwrite)
     source = open_from_args(args)
     tables = {config: source.table(config, STATS_COLUMNS) for config in resolve_configs(source, args.configs)}
     stats = [row for config, table in tables.items() for row in (config_stats(table, config), *turn_stats(table, config))]

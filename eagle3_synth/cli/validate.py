@@ -19,6 +19,7 @@ from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.tools.validate import RowValidator, validate_batches
 from eagle3_synth.cli.data_options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
                           kwarg_overrides, template_kwargs)
+from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,12 +35,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes checking rows in parallel (re-templating dominates; default 1)")
     parser.add_argument("--report", metavar="FILE.json", help="also write the report as JSON")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if args.report:
+        check_outputs([args.report], "--report", args.overwrite)
     source = open_from_args(args)
     tokenizers = TokenizerCache(args)
     reports = []

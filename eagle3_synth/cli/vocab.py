@@ -27,8 +27,9 @@ from pathlib import Path
 
 from eagle3_synth.dataset.stores import resolve_configs
 from eagle3_synth.tools.training import TRAIN_ON
-from eagle3_synth.tools.vocab import draft_vocab, target_vocab_size
+from eagle3_synth.tools.vocab import draft_vocab, mapping_paths, target_vocab_size
 from eagle3_synth.cli.data_options import add_source_argument, open_from_args
+from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument("--model", metavar="PATH",
                         help="target model folder whose config.json gives vocab_size (default: the recorded one)")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    add_overwrite_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -55,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     source = open_from_args(args)
     configs = resolve_configs(source, args.configs)
     size, origin = target_vocab_size(source, configs, given=args.target_vocab_size, model=args.model)
+    files = [path for paths in mapping_paths(Path(args.out), size, args.draft_vocab_size).values() for path in paths]
+    check_outputs(files, "--out", args.overwrite)
+    if args.json:
+        check_outputs([args.json], "--json", args.overwrite)
     report = draft_vocab(source, configs, draft_vocab_size=args.draft_vocab_size, target_vocab_size=size,
                          target_origin=origin, train_on=args.train_on, out=args.out)
     for line in report.lines():

@@ -40,6 +40,7 @@ from eagle3_synth.prompts.conversation import Conversation, count_calls
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.tools.decode import decode_ids
+from eagle3_synth.tools.files import unique_temporary
 from eagle3_synth.tools.training import TrainOn, training_example
 
 Row = Mapping[str, Any]
@@ -220,7 +221,7 @@ def export_rows(
     to_record = FORMATS[fmt]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = unique_temporary(path)
     written = 0
     counts: Counter = Counter()
     try:

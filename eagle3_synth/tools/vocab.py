@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from eagle3_synth.dataset.stores import RowSource
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.prepare import model_config_value
+from eagle3_synth.tools.files import unique_temporary
 from eagle3_synth.tools.training import TRAIN_ON, TrainOn, masked_output_starts
 
 # What each trainer loads, by name; `write_mappings` writes them all.
@@ -199,7 +200,7 @@ def select_draft_vocab(counts: np.ndarray, draft_vocab_size: int) -> DraftVocab:
 def _save(path: Path, write: Callable[[Path], None]) -> Path:
     """Write through a temporary file, so a failed write leaves no half file under the real name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = unique_temporary(path)
     try:
         write(tmp)
         os.replace(tmp, path)

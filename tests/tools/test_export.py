@@ -23,7 +23,7 @@ def rows_of(folder, config) -> dict[int, dict]:
 
 def export(folder, tmp_path, config, fmt, *extra: str) -> list[dict]:
     out = tmp_path / f"{config}-{fmt}.jsonl"
-    assert main(["export", str(folder), config, "--format", fmt, "--out", str(out), *extra]) == 0
+    assert main(["export", str(folder), config, "--format", fmt, "--out", str(out), "--overwrite", *extra]) == 0
     return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
 
 

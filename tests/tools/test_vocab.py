@@ -55,7 +55,7 @@ def small(tmp_path_factory):
 
 def vocab(tmp_path, capsys, *args: str) -> tuple[dict, str]:
     report = tmp_path / "report.json"
-    code = main(["vocab", *args, "--out", str(tmp_path / "out"), "--json", str(report)])
+    code = main(["vocab", *args, "--out", str(tmp_path / "out"), "--json", str(report), "--overwrite"])
     out = capsys.readouterr().out
     assert code == 0, out
     return json.loads(report.read_text(encoding="utf-8")), out
