@@ -85,10 +85,15 @@ class RunSummary:
         if result.finish_reason == "abort":
             self.errors.append(f"sample_id {result.sample_id}: {result.error or 'aborted by the engine'}")
 
+    @property
+    def kept(self) -> int:
+        """Prompts prepared (what the other summary lines count as prompts): rejects excluded."""
+        return self.prompts - self.rejected
+
     def lines(self) -> list[str]:
         where = self.config if self.shard == "all samples" else f"{self.config} {self.shard}"
         lines = [
-            f"{where}: {self.prompts} prompts ({self.rejected} rejected), {self.already_done} already in "
+            f"{where}: {self.kept} prompts kept ({self.rejected} rejected), {self.already_done} already in "
             f"{self.run_dir}, {self.generated} generated in {format_duration(self.generation_seconds)} "
             f"({_ratio(self.generated, self.generation_seconds):.2f} samples/s, "
             f"{_ratio(self.output_tokens, self.generation_seconds):.1f} output tokens/s, "
@@ -233,7 +238,7 @@ class Coverage:
         failed = self.finish_reasons.get("abort", 0)
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items()) if k != "abort")
         lines = [
-            f"{self.config}: {self.prompts} prompts in {self.run_dir} ({self.rejected} rejected at preparation): "
+            f"{self.config}: {self.prompts} prompts kept ({self.rejected} rejected) in {self.run_dir}: "
             f"{self.rows} results ({reasons or 'none'}), {failed} failed, {len(self.missing)} not generated yet"
         ]
         if failed:

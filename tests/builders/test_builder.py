@@ -69,7 +69,7 @@ def test_the_readme_snippet_gives_the_rows_of_build(tmp_path, monkeypatch, capsy
     scope: dict = {}
     exec(readme_snippet(), scope)  # noqa: S102 - the README's own code, run as a user would
     ds = scope["ds"]
-    assert "B1_glaive: 3 prompts (0 rejected), 0 already in runs/B1_glaive, 3 generated" in capsys.readouterr().out
+    assert "B1_glaive: 3 prompts kept (0 rejected), 0 already in runs/B1_glaive, 3 generated" in capsys.readouterr().out
 
     assert main(["build", CONFIG, *BUILD_OPTIONS, "--out", "ds"]) == 0
     built = config_rows(root / "ds")
@@ -94,7 +94,7 @@ def test_a_second_download_and_prepare_generates_nothing(generated, tmp_path):
     summary = builder.generation_summary
     assert (summary.generated, summary.already_done, summary.remaining) == (0, 3, 0)
     assert journal(run_dir) == before  # no new session, not a byte appended
-    assert lines[0].startswith(f"B1_glaive: 3 prompts (0 rejected), 3 already in {run_dir}, 0 generated")
+    assert lines[0].startswith(f"B1_glaive: 3 prompts kept (0 rejected), 3 already in {run_dir}, 0 generated")
     assert builder.as_dataset(split="train").to_list() == rows
 
 

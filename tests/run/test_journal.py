@@ -195,7 +195,7 @@ def test_progress_reports_rates_cache_in_flight_and_eta(caplog):
     assert summary.generation_seconds == 120.0
     summary.seconds = 150.0
     assert summary.lines() == [
-        "B1_glaive shard 1 of 4: 0 prompts (0 rejected), 0 already in runs/B1, 5 generated in 2m00s "
+        "B1_glaive shard 1 of 4: 0 prompts kept (0 rejected), 0 already in runs/B1, 5 generated in 2m00s "
         "(0.04 samples/s, 13.3 output tokens/s, prefix cache 32%); 2m30s in all",  # 16 of 50 prompt tokens
         "  finish reasons: abort=1, stop=4",
         "  errors: 1 (journaled with their reason; retried only with --retry-errors)",

@@ -35,7 +35,7 @@ def test_four_shard_processes_assemble_to_the_single_process_build(tmp_path, kim
     assert [exit_code(p) for p in processes] == [0, 0, 0, 0]
     for i, output in enumerate(outputs):
         printed = output.read_text()
-        assert f"B1_glaive shard {i} of 4: {SAMPLES // 4 + (i < SAMPLES % 4)} prompts (0 rejected), 0 already" in printed
+        assert f"B1_glaive shard {i} of 4: {SAMPLES // 4 + (i < SAMPLES % 4)} prompts kept (0 rejected), 0 already" in printed
         assert f"eagle3-synth build B1_glaive --run-dir {run_url} --out DIR" in printed
 
     run = RunDirectory(run_url)
@@ -78,7 +78,7 @@ def test_mixed_layouts_skip_what_is_done_and_name_the_gap(tmp_path, kimi_tokeniz
     assert generate(generation, run_dir, 0, 2) == 0  # even sample ids
     capsys.readouterr()
     assert generate(generation, run_dir, 2, 4) == 0  # ... all already done by shard 0 of 2
-    assert f"shard 2 of 4: 7 prompts (0 rejected), 7 already in {run_dir}, 0 generated" in capsys.readouterr().out
+    assert f"shard 2 of 4: 7 prompts kept (0 rejected), 7 already in {run_dir}, 0 generated" in capsys.readouterr().out
     assert generate(generation, run_dir, 1, 4) == 0
 
     # Gap: sample ids 3 mod 4, named in the largest layout seen.
