@@ -11,6 +11,7 @@ adds the traceback to any error.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 import traceback
@@ -78,12 +79,28 @@ def user_error(exc: BaseException) -> str | None:
     if isinstance(exc, Eagle3SynthError):
         return str(exc)
     if isinstance(exc, ConnectionError) or type(exc).__name__ in ("ConnectError", "ConnectTimeout"):
-        return f"cannot connect: {_first_line(exc)} (no network, or the Hub/server is unreachable)"
+        return f"cannot connect{_request_url(exc)}: {_first_line(exc)} (no network, or the Hub or server is down)"
     if isinstance(exc, OSError):
         where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
         what = exc.strerror or _first_line(exc)
+        if exc.errno in _CANNOT_WRITE:
+            what += ("; everything written before it is kept (a run's journal too): fix it and run the same "
+                     "command again to continue")
         return f"{where}: {what}" if where else what
     return None
+
+
+# A disk that refuses writes: full, over quota, read-only, a file over the size limit, no permission.
+_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
+
+
+def _request_url(exc: BaseException) -> str:
+    """` to URL` of the request an httpx/requests connection error was raised for, if it says."""
+    try:
+        url = exc.request.url  # type: ignore[attr-defined] - httpx raises RuntimeError when unset
+    except (AttributeError, RuntimeError):
+        return ""
+    return f" to {url}" if url else ""
 
 
 def _first_line(exc: BaseException) -> str:

@@ -49,19 +49,20 @@ def folder_builds():  # noqa: ANN201 - the module eagle3_synth_builders.folder_b
 
 
 @contextmanager
-def no_empty_folders_left(folder: Path) -> Iterator[None]:
-    """A build that fails leaves no empty `--out` (nor parents of it) that it made; a folder with
-    anything in it -- a run directory it started, whose journal the next build resumes -- stays,
-    and nothing that existed before is touched."""
-    made = [path for path in (folder, *folder.parents) if not path.exists()]
+def no_empty_folders_left(*folders: str) -> Iterator[None]:
+    """A build that fails leaves no empty folder it made: `--out`, its default run directory under
+    it, their parents. A folder with anything in it -- a run directory with prompts or a journal,
+    which the next build resumes -- stays, and nothing that existed before is touched."""
+    made = {path for folder in folders if "://" not in folder
+            for path in (Path(folder), *Path(folder).parents) if not path.exists()}
     try:
         yield
     except BaseException:
-        for path in made:  # deepest first
+        for path in sorted(made, key=lambda path: len(path.parts), reverse=True):  # deepest first
             try:
                 path.rmdir()
-            except OSError:  # not empty (or already gone): it and its parents stay
-                break
+            except OSError:  # not empty, or not made after all
+                continue
         raise
 
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
         return report_dry_run(dry_run(*settings.resolve(args.config)))
     failed: list[int] = []
-    with no_empty_folders_left(Path(args.out)):
+    with no_empty_folders_left(args.out, settings.run_dir):
         try:
             rows, files = folder_builds().build_config(args.config, args.out, settings, partial=args.partial,
                                                        on_coverage=lambda coverage: failed.append(

@@ -217,6 +217,7 @@ class RunDirectory:
         `prompts` is consumed before `rejects` is read, so both may be filled by one stream as it
         goes (`prompts.prepare.iter_prepared_prompts`): the prompt list is never held in memory.
         """
+        self.fs.makedirs(self.root, exist_ok=True)
         prompts_tmp = self._write_new(PROMPTS_FILE, _lines(prompts))
         try:
             rejects_tmp = self._write_new(REJECTS_FILE, _lines(rejects))

@@ -23,7 +23,7 @@ from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
 from eagle3_synth.errors import PromptError
-from eagle3_synth.run.directory import RunDirectory
+from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, grouped_by_prefix,
                                              rollout_states, starting_turns)
@@ -186,6 +186,26 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup
     return RunSetup(profile, markers, chat)
 
 
+def run_meta(spec: RunSpec, options: RunOptions, markers: MarkerIds, chat: ChatTokenizer) -> dict[str, Any]:
+    """What run.json records beside the fingerprinted fields: for assembly, the card and people."""
+    model = spec.model
+    return {
+        "markers": markers.to_json(),
+        "message_probe": chat.probe.outcomes if chat.probe else None,
+        "engine": options.engine,
+        "model": _absolute(engine_options(spec, options).model),
+        "tokenizer": _absolute(model.tokenizer),
+        "trust_remote_code": model.trust_remote_code,
+        "template_kwargs": spec.template_kwargs,
+        # The config itself (source, license ...), so a card rendered in a process that never
+        # loaded a --config-file still says where the prompts came from.
+        "config": config_record(spec.config),
+        "eagle3_synth_version": __version__,
+        "versions": library_versions(options.engine),
+        "started": utc_timestamp(),
+    }
+
+
 def engine_description(spec: RunSpec, options: RunOptions) -> str:
     """The engine a run would start, in words (a dry run's report)."""
     engine = engine_options(spec, options)
@@ -225,32 +245,16 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
     `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
     started = time.monotonic()
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
-    model = spec.model
     run = RunDirectory(options.run_dir)
     setup = run_setup(spec, options, run)
     profile, markers, chat = setup.profile, setup.markers, setup.chat
-    run_fingerprint = run.claim(
-        fingerprint_fields(spec, profile, chat),
-        meta={
-            "markers": markers.to_json(),
-            "message_probe": chat.probe.outcomes if chat.probe else None,
-            "engine": options.engine,
-            "model": _absolute(engine_options(spec, options).model),
-            "tokenizer": _absolute(model.tokenizer),
-            "trust_remote_code": model.trust_remote_code,
-            "template_kwargs": spec.template_kwargs,
-            # The config itself (source, license ...), so a card rendered in a process that never
-            # loaded a --config-file still says where the prompts came from.
-            "config": config_record(spec.config),
-            "eagle3_synth_version": __version__,
-            "versions": library_versions(options.engine),
-            "started": utc_timestamp(),
-        },
-    )
-    kill_point("run.claimed")
+    fields = fingerprint_fields(spec, profile, chat)
+    if run.exists():
+        run.check_settings(fields)  # a run of other settings is refused before anything is prepared
     engine = None
     limits: tuple[int | None, str] | None = None  # the longest prompt kept, and why (read once an engine runs)
     chats = ChatTokenizers(chat)  # the run's kwargs and every drawn mix, one templater each
+    staged: StagedPrompts | None = None
     try:
         if not run.prompts_ready:
             # Prepared before the engine starts (staging.py): a bad source or template shows before
@@ -260,15 +264,23 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
                 limits = prompt_limit(spec, engine)
             prepared = stage(run, spec, options, chat, chats, limits or (spec.max_prompt_tokens, OUR_LIMIT),
                              _rollout_reject(options.strict))
-            try:
+            staged = prepared.staged
+        try:
+            # Claimed once the prompts could be prepared: a start that failed there leaves no run
+            # behind that would refuse the next command's corrected settings.
+            run_fingerprint = run.claim(fields, meta=run_meta(spec, options, markers, chat))
+            kill_point("run.claimed")
+            if staged is not None:
                 if prepared.kept and engine is None:
                     engine = create_engine(options.engine, engine_options(spec, options))
                     limits = prompt_limit(spec, engine)
-                staged = within(run, prepared, *limits) if limits else prepared.staged
-            except BaseException:
-                run.discard_staged(prepared.staged)
-                raise
-            run.install_prompts(staged)
+                if limits:
+                    staged = within(run, prepared, *limits)
+                run.install_prompts(staged)
+        except BaseException:
+            if staged is not None:
+                run.discard_staged(staged)
+            raise
         kill_point("prompts.ready")
 
         summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard),
