@@ -1,7 +1,11 @@
 """Generation: a run spec's prompts -> prompt ids -> engine -> journal, resumable.
 
 `generate` fills a run directory and can be re-run after any crash: it generates only samples
-without a result (`assemble.py` turns the run directory into rows).
+without a result (`assemble.py` turns the run directory into rows). In order: the checks that need
+no model (`preflight.py`), the tokenizer (`run_setup`), a new run's prompts prepared aside
+(`staging.py`), the run claimed (run.json), the engine started and its own prompt limit applied to
+the prepared prompts before they are published, then generation. `dry_run` stops after preparing,
+in memory, with no engine and nothing written.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def survey(spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: ChatT
 def within(run: RunDirectory, prepared: Prepared, limit: int | None, why: str) -> StagedPrompts:
     """The staged prompts with those longer than `limit` (an engine's, tighter than the one they
     were prepared to) moved to the rejects as `too_long`; the staged files as they are otherwise."""
-    assert prepared.staged is not None
+    if prepared.staged is None:
+        raise ValueError("within() takes prompts prepared by stage(), which are staged in the run directory")
     lengths = prepared.lengths
     if limit is None or not any(n > limit for n in lengths):
         return prepared.staged
