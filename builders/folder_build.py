@@ -19,6 +19,7 @@ from eagle3_synth.dataset.folder import write_readme, write_run_info
 from eagle3_synth.dataset.parquet import install_shards
 from eagle3_synth.errors import ConfigError, Eagle3SynthError
 from eagle3_synth.run.kill_points import kill_point
+from eagle3_synth.run.progress import Coverage
 from eagle3_synth.run.settings import GenerationSettings
 
 from .eagle3_synth_builder import Eagle3Synth
@@ -31,6 +32,7 @@ def build_config(
     *,
     partial: bool = False,
     echo: Callable[[str], None] = print,
+    on_coverage: Callable[[Coverage], None] | None = None,
 ) -> tuple[int, list[Path]]:
     """Generate (if `settings` say so) and assemble `config` through the builder, then install its
     Parquet files into `<folder>/<config>/` with run_info.json, and rewrite README.md; return
@@ -38,6 +40,7 @@ def build_config(
 
     The builder works in `.assemble-<config>`, a fixed name, so whatever a killed build left there
     is cleared by the next one instead of piling up in the folder that gets published.
+    `on_coverage` receives what the run holds (its failed samples, for the command's exit status).
     """
     from datasets.exceptions import DatasetGenerationError
 
@@ -56,6 +59,8 @@ def build_config(
             if isinstance(exc.__cause__, Eagle3SynthError):
                 raise exc.__cause__ from None
             raise
+        if on_coverage is not None and builder.coverage is not None:
+            on_coverage(builder.coverage)
         sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
         num_rows = builder.info.splits["train"].num_examples
         if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load

@@ -1,10 +1,20 @@
-"""Command line: `eagle3-synth <command> ...`. Parsing stops here; typed options go on."""
+"""Command line: `eagle3-synth <command> ...`. Parsing stops here; typed options go on.
+
+Exit status, the same for every command (README, "Exit status"): 0 done; 1 problems found (validate's
+violations, doctor's problems, a build or shard whose run holds failed samples) or an unexpected
+error; 2 a user error -- a bad option, input file or path, or a path the system refuses (read-only,
+full disk) -- said in one line naming it, with nothing already journaled lost; 75 stopped early with
+work left (--max-hours, SIGTERM: the same command resumes); 130 interrupted (Ctrl-C). `--debug`
+adds the traceback to any error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
+import traceback
 from importlib import import_module
 
 from eagle3_synth import __version__
@@ -27,14 +37,29 @@ COMMANDS = {
 }
 
 
+EXIT_PROBLEMS = 1  # problems found (or an unexpected error)
+EXIT_USER_ERROR = 2  # one line names the option, file or path at fault; argparse's own status too
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+GLOBAL_FLAGS = ("-v", "--verbose", "--debug")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (argparse prints the whole usage first): the same
+    shape as every other error of the command line, `PROG: error: MESSAGE`."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def make_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that command's module is imported (the others pull in
     datasets, aiohttp, matplotlib ... and cost seconds of start-up for nothing)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="eagle3-synth",
         description="Exact-token training data for EAGLE-3 drafters: generate, assemble, check and publish.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error, not just its one line")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
@@ -46,10 +71,45 @@ def make_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _command_in(argv: list[str]) -> str | None:
     """The subcommand named in argv, if it is a known one and comes first after global flags."""
     for arg in argv:
-        if arg in ("-v", "--verbose"):
+        if arg in GLOBAL_FLAGS:
             continue
         return arg if arg in COMMANDS else None
     return None
+
+
+def user_error(exc: BaseException) -> str | None:
+    """The one line for an exception that is the user's or the system's to fix, not a bug: a path
+    that cannot be read or written (OSError names it), a refused connection; None for the rest."""
+    if isinstance(exc, Eagle3SynthError):
+        return str(exc)
+    if isinstance(exc, ConnectionError) or type(exc).__name__ in ("ConnectError", "ConnectTimeout"):
+        return f"cannot connect{_request_url(exc)}: {_first_line(exc)} (no network, or the Hub or server is down)"
+    if isinstance(exc, OSError):
+        where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+        what = exc.strerror or _first_line(exc)
+        if exc.errno in _CANNOT_WRITE:
+            what += ("; everything written before it is kept (a run's journal too): fix it and run the same "
+                     "command again to continue")
+        return f"{where}: {what}" if where else what
+    return None
+
+
+# A disk that refuses writes: full, over quota, read-only, a file over the size limit, no permission.
+_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
+
+
+def _request_url(exc: BaseException) -> str:
+    """` to URL` of the request an httpx/requests connection error was raised for, if it says."""
+    try:
+        url = exc.request.url  # type: ignore[attr-defined] - httpx raises RuntimeError when unset
+    except (AttributeError, RuntimeError):
+        return ""
+    return f" to {url}" if url else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,11 +119,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
     for noisy in ("httpx", "datasets", "huggingface_hub", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    prog = f"eagle3-synth {args.command}"
     try:
         return args.run(args)
-    except Eagle3SynthError as exc:
-        print(f"eagle3-synth {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, the traceback only on --debug
+        if args.debug:
+            traceback.print_exc()
+        message = user_error(exc)
+        if message is not None:
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        print(f"{prog}: error: {type(exc).__name__}: {_first_line(exc)} (--debug for the traceback)", file=sys.stderr)
+        return EXIT_PROBLEMS
 
 
 if __name__ == "__main__":

@@ -4,15 +4,23 @@ With --model it generates first (resuming any earlier run; nothing already journ
 again). Without it, it only assembles: `build CONFIG --run-dir URL --out DIR` turns a run that
 `eagle3-synth generate` filled, possibly as many shards on many nodes, into the dataset. It refuses
 while samples have no result yet, naming the shards to finish, unless --partial is given.
+Exit status: 0 built; 1 built, but failed samples are left out (--retry-errors generates them
+again); 2 a user error (nothing built); 75 stopped early with work left (the same command resumes).
+--dry-run prepares the prompts and prints what would be generated, writing nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from eagle3_synth.cli.options import EXIT_RESUMABLE, add_generation_arguments, default_run_dir, generation_settings
+from eagle3_synth.cli.options import (EXIT_FAILED_SAMPLES, EXIT_RESUMABLE, add_generation_arguments, default_run_dir,
+                                      generation_settings, report_dry_run)
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
+from eagle3_synth.run.preflight import check_output_folder
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -40,13 +48,46 @@ def folder_builds():  # noqa: ANN201 - the module eagle3_synth_builders.folder_b
     return folder_build
 
 
+@contextmanager
+def no_empty_folders_left(*folders: str) -> Iterator[None]:
+    """A build that fails leaves no empty folder it made: `--out`, its default run directory under
+    it, their parents. A folder with anything in it -- a run directory with prompts or a journal,
+    which the next build resumes -- stays, and nothing that existed before is touched."""
+    made = {path for folder in folders if "://" not in folder
+            for path in (Path(folder), *Path(folder).parents) if not path.exists()}
+    try:
+        yield
+    except BaseException:
+        for path in sorted(made, key=lambda path: len(path.parts), reverse=True):  # deepest first
+            try:
+                path.rmdir()
+            except OSError:  # not empty, or not made after all
+                continue
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     settings = generation_settings(args, default_run_dir(args))
-    try:
-        rows, files = folder_builds().build_config(args.config, args.out, settings, partial=args.partial)
-    except RunIncomplete:
-        return EXIT_RESUMABLE  # its summary is printed; the run resumes with the same command
-    except NoRowsToWrite as exc:
-        raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
+    check_output_folder(args.out, "--out")
+    if args.dry_run:
+        if not settings.generates:
+            raise ConfigError("--dry-run shows what a run would generate: give --model (or --tokenizer, --replay)")
+        from eagle3_synth.run.generate import dry_run
+
+        return report_dry_run(dry_run(*settings.resolve(args.config)))
+    failed: list[int] = []
+    with no_empty_folders_left(args.out, settings.run_dir):
+        try:
+            rows, files = folder_builds().build_config(args.config, args.out, settings, partial=args.partial,
+                                                       on_coverage=lambda coverage: failed.append(
+                                                           coverage.finish_reasons.get("abort", 0)))
+        except RunIncomplete:
+            return EXIT_RESUMABLE  # its summary is printed; the run resumes with the same command
+        except NoRowsToWrite as exc:
+            raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
     print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
+    if sum(failed):
+        print(f"{args.config}: {sum(failed)} samples failed and are not in the dataset (exit status "
+              f"{EXIT_FAILED_SAMPLES}); build again with --retry-errors to generate them again")
+        return EXIT_FAILED_SAMPLES
     return 0

@@ -4,15 +4,17 @@ Journals results into the run directory (a local path or any fsspec URL) and wri
 many nodes can share a config: each runs one shard (the samples with sample_id % N == I) against
 the same --run-dir. Re-running the same command after any crash continues where it stopped. When
 every shard is done, `eagle3-synth build CONFIG --run-dir URL --out DIR` assembles the dataset.
-Exit status 75 means it stopped early (--max-hours, SIGTERM) and the shard is not finished yet.
+Exit status 75 means it stopped early (--max-hours, SIGTERM) and the shard is not finished yet;
+1, that it finished with failed samples (--retry-errors generates them again). --dry-run prepares
+the prompts and prints what the shard would generate, without an engine and without writing.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from eagle3_synth.run.generate import generate
-from eagle3_synth.cli.options import add_generation_arguments, generation_settings, report_generation
+from eagle3_synth.run.generate import dry_run, generate
+from eagle3_synth.cli.options import add_generation_arguments, generation_settings, report_dry_run, report_generation
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +29,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    status = report_generation(generate(*generation_settings(args, args.run_dir).resolve(args.config)))
+    spec, options = generation_settings(args, args.run_dir).resolve(args.config)
+    if args.dry_run:
+        return report_dry_run(dry_run(spec, options))
+    status = report_generation(generate(spec, options))
     if status == 0:
         print(f"when every shard is done: eagle3-synth build {args.config} --run-dir {args.run_dir} --out DIR")
     return status

@@ -17,7 +17,9 @@ from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.prompts.turns import parse_kwarg_mix
 from eagle3_synth.run.directory import run_dir_under
+from eagle3_synth.run.preflight import check_number, check_top_k
 from eagle3_synth.run.progress import RunSummary
+from eagle3_synth.run.staging import DryRun
 from eagle3_synth.run.settings import PRIORITIES, GenerationSettings
 from eagle3_synth.run.spec import SamplingSpec
 
@@ -132,6 +134,38 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     run.add_argument("--max-hours", type=float, metavar="H",
                      help="stop handing out prompts after H hours, leaving a resumable run (exit status 75)")
     run.add_argument("--retry-errors", action="store_true", help="generate again the samples that failed before")
+    run.add_argument("--dry-run", action="store_true",
+                     help="check everything and prepare the prompts, then print what the run would generate "
+                     "(prompts kept, rejects by reason, turns, the engine) and stop: no engine starts, nothing is written")
+
+
+# Every number option's range, checked as soon as the options are parsed (run/preflight.py
+# `check_number`): argparse reads "nan" and "inf" as floats, and a NaN temperature would be
+# written into run.json and sent to the engine. dest -> (option, range).
+NUMBER_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
+    "limit": ("--limit", {"minimum": 1}),
+    "scan_limit": ("--scan-limit", {"minimum": 1}),
+    "max_context": ("--max-context", {"minimum": 1}),
+    "samples_per_prompt": ("--samples-per-prompt", {"minimum": 1}),
+    "max_new_tokens": ("--max-new-tokens", {"minimum": 1}),
+    "temperature": ("--temperature", {"minimum": 0}),
+    "top_p": ("--top-p", {"above": 0, "maximum": 1}),
+    "batch_size": ("--batch-size", {"minimum": 1}),
+    "max_in_flight": ("--max-in-flight", {"minimum": 1}),
+    "request_timeout": ("--request-timeout", {"above": 0}),
+    "max_retries": ("--max-retries", {"minimum": 0}),
+    "num_shards": ("--num-shards", {"minimum": 1}),
+    "shard_index": ("--shard-index", {"minimum": 0}),
+    "max_hours": ("--max-hours", {"above": 0}),
+}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Each number option in its range (`NUMBER_RANGES`, and --top-k as SGLang reads it): one
+    line naming the option, before anything loads."""
+    for dest, (option, bounds) in NUMBER_RANGES.items():
+        check_number(getattr(args, dest, None), option, **bounds)
+    check_top_k(args.top_k)
 
 
 # Exit status of a generating command that stopped early with work left (--max-hours, SIGTERM):
@@ -139,11 +173,26 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
 EXIT_RESUMABLE = 75
 
 
+# Exit status of a run that finished but holds failed samples (their errors are journaled; the
+# same command with --retry-errors generates them again): not a clean success for a script.
+EXIT_FAILED_SAMPLES = 1
+
+
 def report_generation(summary: RunSummary) -> int:
-    """Print the end-of-run summary; the exit status says whether the run is complete."""
+    """Print the end-of-run summary; the exit status says whether the run is complete (75: work
+    left), and clean (1: failed samples)."""
     for line in summary.lines():
         print(line)
-    return EXIT_RESUMABLE if summary.remaining else 0
+    if summary.remaining:
+        return EXIT_RESUMABLE
+    return EXIT_FAILED_SAMPLES if summary.errors or summary.failed_before else 0
+
+
+def report_dry_run(report: DryRun) -> int:
+    """Print what a run would generate (`--dry-run`)."""
+    for line in report.lines():
+        print(line)
+    return 0
 
 
 def default_run_dir(args: argparse.Namespace) -> str:
@@ -152,7 +201,9 @@ def default_run_dir(args: argparse.Namespace) -> str:
 
 
 def generation_settings(args: argparse.Namespace, run_dir: str | None) -> GenerationSettings:
-    """The generating options as the flat settings the library (and the builder's config) take."""
+    """The generating options as the flat settings the library (and the builder's config) take;
+    the numbers are checked first."""
+    check_numbers(args)
     return GenerationSettings(
         model=args.model,
         tokenizer=args.tokenizer,

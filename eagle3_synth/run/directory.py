@@ -24,6 +24,7 @@ latest error. The choice depends only on the files, so every reader picks the sa
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
@@ -95,6 +96,25 @@ class PromptSlots:
         return len(self.first)
 
 
+@dataclass(frozen=True)
+class StagedPrompts:
+    """Prepared prompts and rejects written aside, not yet published (`RunDirectory.stage_prompts`)."""
+
+    prompts: str
+    rejects: str
+
+
+def _lines(items: Iterable[Any]) -> Callable[[IO[bytes]], None]:
+    """A writer of JSON lines: prompts as their records (a shallow dict: `asdict` would deep-copy
+    every message and id list first), anything else as it is."""
+    def write(handle: IO[bytes]) -> None:
+        for item in items:
+            record = _prompt_record(item) if isinstance(item, PreparedPrompt) else item
+            handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+
+    return write
+
+
 class RunDirectory:
     """A run directory at any fsspec URL (local path by default)."""
 
@@ -111,8 +131,18 @@ class RunDirectory:
         return posixpath.join(self.root, *parts)
 
     def _read_json(self, name: str) -> dict[str, Any]:
+        """A JSON file of the run; a damaged one (a torn copy, an edit) is a one-line ConfigError naming it."""
         with self.fs.open(self._path(name), "rb") as handle:
-            return json.loads(handle.read())
+            data = handle.read()
+        try:
+            value = json.loads(data)
+        except ValueError as exc:
+            value = exc
+        if not isinstance(value, dict):
+            why = value if isinstance(value, Exception) else "not a JSON object"
+            raise ConfigError(f"{posixpath.join(self.url, name)}: not a valid {name} ({why}); the run directory "
+                              "is damaged: restore the file, or use another --run-dir")
+        return value
 
     def _write_new(self, name: str, write: Callable[[IO[bytes]], None]) -> str:
         """Write a uniquely named temporary file beside `name`; return its path (see `_install`).
@@ -144,8 +174,13 @@ class RunDirectory:
         if not self.fs.exists(self._path(RUN_FILE)):
             data = (json.dumps(new, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
             self._install(self._write_new(RUN_FILE, lambda handle: handle.write(data)), RUN_FILE)
+        return self.check_settings(fields)
+
+    def check_settings(self, fields: dict[str, Any]) -> str:
+        """The run's fingerprint, if run.json was made by the same `fields`; a ConfigError listing
+        the differences otherwise (read only: a dry run checks a run without claiming it)."""
         old = self._read_json(RUN_FILE)
-        if old["fingerprint"] != new["fingerprint"]:
+        if old["fingerprint"] != fingerprint(fields):
             diffs = "\n  ".join(_differences(old["fields"], fields))
             raise ConfigError(
                 f"run directory {self.url} was started with different settings; refusing to mix "
@@ -172,38 +207,70 @@ class RunDirectory:
         return self.fs.exists(self._path(PROMPTS_FILE))
 
     def write_prompts(self, prompts: Iterable[PreparedPrompt], rejects: Iterable[dict[str, Any]]) -> None:
-        """Publish the prepared prompts once: written aside, then moved in (rejects first, so a
-        reader that sees prompts.jsonl sees its rejects too).
+        """Publish the prepared prompts once: `stage_prompts`, then `install_prompts`."""
+        self.install_prompts(self.stage_prompts(prompts, rejects))
+
+    def stage_prompts(self, prompts: Iterable[PreparedPrompt], rejects: Iterable[dict[str, Any]]) -> StagedPrompts:
+        """Write the prepared prompts and their rejects aside (temporary files beside their names);
+        nothing is published until `install_prompts` (or removed by `discard_staged`).
 
         `prompts` is consumed before `rejects` is read, so both may be filled by one stream as it
         goes (`prompts.prepare.iter_prepared_prompts`): the prompt list is never held in memory.
+        """
+        self.fs.makedirs(self.root, exist_ok=True)
+        prompts_tmp = self._write_new(PROMPTS_FILE, _lines(prompts))
+        try:
+            rejects_tmp = self._write_new(REJECTS_FILE, _lines(rejects))
+        except BaseException:
+            self.fs.rm(prompts_tmp)
+            raise
+        return StagedPrompts(prompts_tmp, rejects_tmp)
+
+    def restage_prompts(self, staged: StagedPrompts, rejected: Callable[[int, dict[str, Any]], dict[str, Any]],
+                        over: Callable[[int], bool]) -> StagedPrompts:
+        """The staged files again, with the prompts on the lines `over(line index)` moved to the
+        rejects as `rejected(line index, prompt record)`, merged in sample_id order; the other lines
+        are copied byte for byte (only moved lines are parsed). The old staged files are removed."""
+        moved: list[dict[str, Any]] = []
+
+        def kept(handle: IO[bytes]) -> None:
+            with self.fs.open(staged.prompts, "rb") as source:
+                for index, line in enumerate(source):
+                    if over(index):
+                        moved.append(rejected(index, json.loads(line)))
+                    else:
+                        handle.write(line)
+
+        prompts_tmp = self._write_new(PROMPTS_FILE, kept)
+        try:
+            with self.fs.open(staged.rejects, "rb") as source:
+                earlier = [json.loads(line) for line in source]
+            merged = heapq.merge(earlier, moved, key=lambda record: record["sample_id"])
+            rejects_tmp = self._write_new(REJECTS_FILE, _lines(merged))
+        except BaseException:
+            self.fs.rm(prompts_tmp)
+            raise
+        self.discard_staged(staged)
+        return StagedPrompts(prompts_tmp, rejects_tmp)
+
+    def install_prompts(self, staged: StagedPrompts) -> None:
+        """Move staged prompts in (rejects first, so a reader that sees prompts.jsonl sees its
+        rejects too).
 
         Shards starting together may all prepare; preparation is deterministic for a fingerprint,
         so their files are identical and whichever lands is right. One that finds the file already
         there drops its own copy rather than replace a file other nodes may be reading.
         """
-
-        def lines(items: Iterable[Any]) -> Callable[[IO[bytes]], None]:
-            def write(handle: IO[bytes]) -> None:
-                for item in items:
-                    # A shallow dict: `asdict` would deep-copy every message and id list first.
-                    record = _prompt_record(item) if isinstance(item, PreparedPrompt) else item
-                    handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
-
-            return write
-
-        prompts_tmp = self._write_new(PROMPTS_FILE, lines(prompts))
-        try:
-            rejects_tmp = self._write_new(REJECTS_FILE, lines(rejects))
-        except BaseException:
-            self.fs.rm(prompts_tmp)
-            raise
         kill_point("prompts.written")
         if self.prompts_ready:
-            self.fs.rm([rejects_tmp, prompts_tmp])
+            self.discard_staged(staged)
             return
-        self._install(rejects_tmp, REJECTS_FILE)
-        self._install(prompts_tmp, PROMPTS_FILE)
+        self._install(staged.rejects, REJECTS_FILE)
+        self._install(staged.prompts, PROMPTS_FILE)
+
+    def discard_staged(self, staged: StagedPrompts) -> None:
+        """Remove staged files that were not installed (a failed start, a dry run)."""
+        self.fs.rm([path for path in (staged.rejects, staged.prompts) if self.fs.exists(path)])
 
     def iter_prompts(self, keep: Callable[[int], bool] | None = None) -> Iterator[PreparedPrompt]:
         """Prepared prompts in sample_id order; `keep(sample_id)` skips others without parsing them."""

@@ -1,7 +1,11 @@
 """Generation: a run spec's prompts -> prompt ids -> engine -> journal, resumable.
 
 `generate` fills a run directory and can be re-run after any crash: it generates only samples
-without a result (`assemble.py` turns the run directory into rows).
+without a result (`assemble.py` turns the run directory into rows). In order: the checks that need
+no model (`preflight.py`), the tokenizer (`run_setup`), a new run's prompts prepared aside
+(`staging.py`), the run claimed (run.json), the engine started and its own prompt limit applied to
+the prepared prompts before they are published, then generation. `dry_run` stops after preparing,
+in memory, with no engine and nothing written.
 """
 
 from __future__ import annotations
@@ -13,28 +17,33 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
-from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
-from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
+from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
 from eagle3_synth.errors import PromptError
-from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
+from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, grouped_by_prefix,
                                              rollout_states, starting_turns)
 from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
+from eagle3_synth.run.preflight import check_before_loading, check_chat_template
 from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
+from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, stage, survey, within
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
 from eagle3_synth.run.progress import Progress, RunSummary
 
 log = logging.getLogger(__name__)
+
+# Engines that load no model to start (clients of running servers): started before the prompts are
+# prepared, so that their servers' limit (context, max_req_input_len, speculative slots) bounds them.
+LIMIT_BEFORE_PREPARING = frozenset({"sglang-http"})
 
 
 def fingerprint_fields(spec: RunSpec, profile: ModelProfile, chat: ChatTokenizer) -> dict[str, Any]:
@@ -141,8 +150,8 @@ def prompt_limit(spec: RunSpec, engine: Any) -> tuple[int | None, str]:
     if theirs is not None and (ours is None or theirs < ours):
         log.info("prompts over %d tokens are skipped as too_long: the engine's limit with max_new_tokens %d",
                  theirs, spec.sampling.max_new_tokens)
-        return theirs, "the engine's limit for max_new_tokens"
-    return ours, Preparation.too_long_reason
+        return theirs, ENGINE_LIMIT
+    return ours, OUR_LIMIT
 
 
 def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
@@ -152,63 +161,130 @@ def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
                    replay_file=spec.model.replay_file)
 
 
-def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
-    """Journal a result for every prompt of the shard that has none yet (or only errors, with
-    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
-    started = time.monotonic()
-    deadline = None if options.max_hours is None else started + options.max_hours * 3600
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run resolves from its tokenizer before anything is generated or prepared."""
+
+    profile: ModelProfile
+    markers: MarkerIds
+    chat: ChatTokenizer
+
+
+def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup:
+    """Checks that need no model (`preflight.py`), then the tokenizer, profile, markers and chat
+    templater: everything `generate` and `dry_run` need before prompts are prepared."""
+    check_before_loading(spec, options)
     model = spec.model
-    tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code,
-                               option="--tokenizer" if model.tokenizer != model.model else "--model")
+    option = "--tokenizer" if model.tokenizer != model.model else "--model"
+    tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code, option=option)
+    check_chat_template(tokenizer, model.tokenizer, option)
     profile, why = choose_profile(model.profile, tokenizer, model.profile_file)
     log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
-    run = RunDirectory(options.run_dir)
     chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
                          template_date=model.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
                     "history will be %s", "; ".join(chat.probe.lines()),
                     "rejected" if not chat.probe.renders_calls else "templated in the closest form")
-    run_fingerprint = run.claim(
-        fingerprint_fields(spec, profile, chat),
-        meta={
-            "markers": markers.to_json(),
-            "message_probe": chat.probe.outcomes if chat.probe else None,
-            "engine": options.engine,
-            "model": _absolute(engine_options(spec, options).model),
-            "tokenizer": _absolute(model.tokenizer),
-            "trust_remote_code": model.trust_remote_code,
-            "template_kwargs": spec.template_kwargs,
-            # The config itself (source, license ...), so a card rendered in a process that never
-            # loaded a --config-file still says where the prompts came from.
-            "config": config_record(spec.config),
-            "eagle3_synth_version": __version__,
-            "versions": library_versions(options.engine),
-            "started": utc_timestamp(),
-        },
-    )
-    kill_point("run.claimed")
+    return RunSetup(profile, markers, chat)
+
+
+def run_meta(spec: RunSpec, options: RunOptions, markers: MarkerIds, chat: ChatTokenizer) -> dict[str, Any]:
+    """What run.json records beside the fingerprinted fields: for assembly, the card and people."""
+    model = spec.model
+    return {
+        "markers": markers.to_json(),
+        "message_probe": chat.probe.outcomes if chat.probe else None,
+        "engine": options.engine,
+        "model": _absolute(engine_options(spec, options).model),
+        "tokenizer": _absolute(model.tokenizer),
+        "trust_remote_code": model.trust_remote_code,
+        "template_kwargs": spec.template_kwargs,
+        # The config itself (source, license ...), so a card rendered in a process that never
+        # loaded a --config-file still says where the prompts came from.
+        "config": config_record(spec.config),
+        "eagle3_synth_version": __version__,
+        "versions": library_versions(options.engine),
+        "started": utc_timestamp(),
+    }
+
+
+def engine_description(spec: RunSpec, options: RunOptions) -> str:
+    """The engine a run would start, in words (a dry run's report)."""
+    engine = engine_options(spec, options)
+    parts = {
+        "transformers": [f"model {engine.model}", f"device {engine.device or 'cpu'}", f"batch size {engine.batch_size}"],
+        "sglang": [f"model {engine.model}"] + [f"{k}={v}" for k, v in sorted(engine.engine_args.items())],
+        "sglang-http": [f"url {url}" for url in engine.urls],
+        "replay": [f"results from {engine.replay_file}"],
+    }.get(options.engine, [])
+    return f"{options.engine} ({', '.join(parts)})" if parts else options.engine
+
+
+def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
+    """What `generate` would do, without an engine and without writing: the checks and the
+    tokenizer of a real run, then the prompts prepared in memory (a new run) or where the run
+    directory stands (one whose prompts are prepared already)."""
+    run = RunDirectory(options.run_dir)
+    setup = run_setup(spec, options, run)
+    report = DryRun(config=spec.config.name, run_dir=options.run_dir, engine=engine_description(spec, options),
+                    max_new_tokens=spec.sampling.max_new_tokens, limit=(spec.max_prompt_tokens, OUR_LIMIT),
+                    samples_per_prompt=spec.conversations.samples_per_prompt, started=run.exists())
+    if report.started:
+        run.check_settings(fingerprint_fields(spec, setup.profile, setup.chat))
+    if run.prompts_ready:
+        summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard))
+        _, todo = _rollouts_to_do(run, run.scan(), options, summary)
+        summary.remaining = len(todo)
+        report.existing = summary
+    else:
+        report.prepared = survey(spec, options, setup.chat, ChatTokenizers(setup.chat), report.limit,
+                                 _rollout_reject(options.strict))
+    return report
+
+
+def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
+    """Journal a result for every prompt of the shard that has none yet (or only errors, with
+    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
+    started = time.monotonic()
+    deadline = None if options.max_hours is None else started + options.max_hours * 3600
+    run = RunDirectory(options.run_dir)
+    setup = run_setup(spec, options, run)
+    profile, markers, chat = setup.profile, setup.markers, setup.chat
+    fields = fingerprint_fields(spec, profile, chat)
+    if run.exists():
+        run.check_settings(fields)  # a run of other settings is refused before anything is prepared
     engine = None
     limits: tuple[int | None, str] | None = None  # the longest prompt kept, and why (read once an engine runs)
     chats = ChatTokenizers(chat)  # the run's kwargs and every drawn mix, one templater each
+    staged: StagedPrompts | None = None
     try:
         if not run.prompts_ready:
-            # A new run needs its engine anyway; created first, its own prompt limit (SGLang: context,
-            # max_req_input_len, speculative slots) bounds `too_long`, so no prompt the engine would
-            # refuse becomes a sample error that --retry-errors cannot fix.
-            engine = create_engine(options.engine, engine_options(spec, options))
-            limits = prompt_limit(spec, engine)
-            limit, why = limits
-            rejects: list[dict[str, Any]] = []  # filled as the prompts stream into prompts.jsonl
-            preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=model.tokenizer,
-                                      trust_remote_code=model.trust_remote_code,
-                                      rejects_file=f"{options.run_dir}/{REJECTS_FILE}", too_long_reason=why)
-            conversations = iter_prepared_prompts(spec.prompts, chat, rejects, max_prompt_tokens=limit,
-                                                  preparation=preparation, whole=spec.conversations.whole)
-            run.write_prompts(iter_rollouts(conversations, spec.conversations, chats, rejects,
-                                            max_prompt_tokens=limit, too_long_reason=why,
-                                            reject=_rollout_reject(options.strict)), rejects)
+            # Prepared before the engine starts (staging.py): a bad source or template shows before
+            # a model loads; an engine that loads nothing (sglang-http) tells its limit first.
+            if options.engine in LIMIT_BEFORE_PREPARING:
+                engine = create_engine(options.engine, engine_options(spec, options))
+                limits = prompt_limit(spec, engine)
+            prepared = stage(run, spec, options, chat, chats, limits or (spec.max_prompt_tokens, OUR_LIMIT),
+                             _rollout_reject(options.strict))
+            staged = prepared.staged
+        try:
+            # Claimed once the prompts could be prepared: a start that failed there leaves no run
+            # behind that would refuse the next command's corrected settings.
+            run_fingerprint = run.claim(fields, meta=run_meta(spec, options, markers, chat))
+            kill_point("run.claimed")
+            if staged is not None:
+                if prepared.kept and engine is None:
+                    engine = create_engine(options.engine, engine_options(spec, options))
+                    limits = prompt_limit(spec, engine)
+                if limits:
+                    staged = within(run, prepared, *limits)
+                run.install_prompts(staged)
+        except BaseException:
+            if staged is not None:
+                run.discard_staged(staged)
+            raise
         kill_point("prompts.ready")
 
         summary = RunSummary(config=spec.config.name, run_dir=options.run_dir, shard=str(options.shard),

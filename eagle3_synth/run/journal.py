@@ -136,11 +136,12 @@ class JournalWriter:
         line = encode_result(result, continues=continues, prompt=prompt)
         kill_point("journal.before_write")
         half = len(line) // 2
-        handle.write(line[:half])
-        kill_point("journal.mid_write", handle.flush)
-        handle.write(line[half:])
-        if self.flush_lines:
-            handle.flush()
+        with self._naming_the_file():
+            handle.write(line[:half])
+            kill_point("journal.mid_write", handle.flush)
+            handle.write(line[half:])
+            if self.flush_lines:
+                handle.flush()
         kill_point("journal.after_write")
         self._bytes += len(line)
         if (self.roll_bytes is not None and self._bytes >= self.roll_bytes) or (
@@ -152,10 +153,24 @@ class JournalWriter:
         handle, self._handle = self._handle, None
         if handle is None:
             return
-        handle.flush()
-        if self.flush_lines:  # local disk: make the finished file survive a power cut too
-            os.fsync(handle.fileno())
-        handle.close()
+        with self._naming_the_file():
+            try:
+                handle.flush()
+                if self.flush_lines:  # local disk: make the finished file survive a power cut too
+                    os.fsync(handle.fileno())
+            finally:
+                handle.close()
+
+    @contextmanager
+    def _naming_the_file(self) -> Iterator[None]:
+        """A failed write (a full or read-only disk) names the journal file: an OSError from a
+        write on an open file carries no file name. Every line before it stays journaled."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None or not self.paths:
+                raise
+            raise OSError(exc.errno, exc.strerror or str(exc), self.paths[-1]) from exc
 
     def close(self) -> None:
         self._close_segment()

@@ -128,7 +128,7 @@ def test_run_in_progress_counts_only_finished_samples(tmp_path, kimi_tokenizer):
 
     write_prompts(tmp_path / "prompts.jsonl", 12)
     outputs = [r for r in kimi_outputs(kimi_tokenizer, 12) if r["sample_id"] % 4 != 3]  # 3 not generated yet
-    build(tmp_path / "ds", KIMI_CONFIG, KIMI_TOKENIZER, outputs, tmp_path / "prompts.jsonl")
+    build(tmp_path / "ds", KIMI_CONFIG, KIMI_TOKENIZER, outputs, tmp_path / "prompts.jsonl", status=1)
     source = open_source(str(tmp_path / "ds" / ".runs"))
     assert source.kind == "run directory"
     stats = config_stats(source.table(KIMI_CONFIG, STATS_COLUMNS), KIMI_CONFIG)
