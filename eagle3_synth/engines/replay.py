@@ -34,6 +34,7 @@ from eagle3_synth.engines.result_checks import check_generation, output_problem
 _SAMPLE_ID = re.compile(rb'"sample_id"\s*:\s*(-?\d+)')
 # Problems listed by number in `check_replay_file`'s message beyond the first.
 _MORE = 5
+_NOTHING_GENERATED = "nothing was generated: fix the file and run again"
 
 
 class BadRecord(ValueError):
@@ -53,10 +54,10 @@ def index_replay_file(path: str) -> dict[int, tuple[int, int]]:
             if line.strip():
                 match = _SAMPLE_ID.search(line)
                 if match is None:
-                    raise ConfigError(f"{path}:{line_number}: not a replay record (no integer sample_id)")
+                    raise ConfigError(f"replay record {path}:{line_number}: no integer sample_id")
                 sample_id = int(match.group(1))
                 if sample_id in found:
-                    raise ConfigError(f"{path}:{line_number}: sample_id {sample_id} is recorded again (first at line "
+                    raise ConfigError(f"replay record {path}:{line_number}: sample_id {sample_id} is recorded again (first at line "
                                       f"{found[sample_id][1]}); keep one record per sample")
                 found[sample_id] = (offset, line_number)
             offset += len(line)
@@ -94,7 +95,10 @@ def read_record(line: bytes, stop_token_ids: Collection[int]) -> GenerationResul
 def check_replay_file(path: str, params: SamplingParams) -> None:
     """Every record of the file checked as a result would be (`output_problem`), before any run starts:
     a ConfigError naming the first bad `FILE:LINE` and its sample (and how many more there are)."""
-    index = index_replay_file(path)
+    try:
+        index = index_replay_file(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; {_NOTHING_GENERATED}") from None
     problems: list[str] = []
     with open(path, "rb") as handle:
         for sample_id, (offset, line_number) in sorted(index.items(), key=lambda item: item[1]):
@@ -111,8 +115,7 @@ def check_replay_file(path: str, params: SamplingParams) -> None:
                 problems.append(f"{where}: sample_id {result.sample_id}: {problem}")
     if problems:
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:1 + _MORE])}{' ...' if len(problems) > 1 + _MORE else ''})"
-        raise ConfigError(f"replay record {problems[0]}{more if len(problems) > 1 else ''}; nothing was generated: "
-                          "fix the file and run again")
+        raise ConfigError(f"replay record {problems[0]}{more if len(problems) > 1 else ''}; {_NOTHING_GENERATED}")
 
 
 class ReplayEngine:

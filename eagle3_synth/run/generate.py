@@ -22,7 +22,9 @@ from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
 from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
+from eagle3_synth.prompts.vocabulary import check_model_and_tokenizer
 from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
+from eagle3_synth.engines.replay import check_replay_file
 from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
 from eagle3_synth.timestamps import utc_timestamp
@@ -56,10 +58,10 @@ def recorded_template_date(run: RunDirectory) -> str | None:
     return (run.read_run_file()["fields"].get("template") or {}).get("date")
 
 
-def _sampling_params(sampling: SamplingSpec, markers: MarkerIds) -> SamplingParams:
+def _sampling_params(sampling: SamplingSpec, markers: MarkerIds, vocab_size: int) -> SamplingParams:
     return SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
                           stop_token_ids=markers.stop_ids, top_p=sampling.top_p, top_k=sampling.top_k,
-                          seed=sampling.seed)
+                          seed=sampling.seed, vocab_size=vocab_size)
 
 
 @contextmanager
@@ -160,9 +162,15 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
     model = spec.model
     tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code,
                                option="--tokenizer" if model.tokenizer != model.model else "--model")
+    # A tokenizer of another model is refused before anything runs; every id is checked against the size.
+    vocab = check_model_and_tokenizer(engine_options(spec, options).model, model.tokenizer, tokenizer,
+                                      trust_remote_code=model.trust_remote_code)
     profile, why = choose_profile(model.profile, tokenizer, model.profile_file)
     log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
+    params = _sampling_params(spec.sampling, markers, vocab.size)
+    if model.replay_file:  # every record checked before the run directory is claimed
+        check_replay_file(model.replay_file, params)
     run = RunDirectory(options.run_dir)
     chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
                          template_date=model.template_date or recorded_template_date(run) or today())
@@ -179,6 +187,7 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
             "model": _absolute(engine_options(spec, options).model),
             "tokenizer": _absolute(model.tokenizer),
             "trust_remote_code": model.trust_remote_code,
+            "vocab_size": vocab.to_json(),  # what validate and publish check ids against
             "template_kwargs": spec.template_kwargs,
             # The config itself (source, license ...), so a card rendered in a process that never
             # loaded a --config-file still says where the prompts came from.
@@ -233,7 +242,7 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
                     if getattr(engine, "groups_prefixes", False):  # engines with a prefix cache (SGLang)
                         starts = grouped_by_prefix(starts)
                     feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.engine_options.priority)
-                    for result in engine.generate(feed, _sampling_params(spec.sampling, markers)):
+                    for result in engine.generate(feed, params):
                         turn = feed.take(result.sample_id, options.engine)
                         following = next_turns.after(turn, result.output_ids, result.finish_reason)
                         continues = isinstance(following, Turn)

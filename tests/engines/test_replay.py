@@ -100,13 +100,13 @@ def test_every_bad_line_is_counted_and_the_first_named(tmp_path):
 def test_a_sample_recorded_twice_is_refused_naming_both_lines(tmp_path):
     path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, STOP[0]]), record(1, [7, STOP[0]]),
                                                    record(1, [8, STOP[0]])])
-    message = f"{path}:3: sample_id 1 is recorded again (first at line 2); keep one record per sample"
+    message = f"replay record {path}:3: sample_id 1 is recorded again (first at line 2); keep one record per sample"
     with pytest.raises(ConfigError) as error:
         index_replay_file(path)
     assert str(error.value) == message
     with pytest.raises(ConfigError) as error:
         check_replay_file(path, PARAMS)
-    assert str(error.value) == message
+    assert str(error.value) == f"{message}; nothing was generated: fix the file and run again"
 
 
 MALFORMED = [
@@ -135,7 +135,7 @@ def test_a_malformed_line_is_named_by_its_line_number(tmp_path, line, what):
 
 def test_a_line_without_a_sample_id_is_refused_with_its_number(tmp_path):
     path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, STOP[0]]), '{"output_ids": [1]}'])
-    with pytest.raises(ConfigError, match=r"replay\.jsonl:2: not a replay record \(no integer sample_id\)"):
+    with pytest.raises(ConfigError, match=r"replay record .*replay\.jsonl:2: no integer sample_id; nothing was generated"):
         check_replay_file(path, PARAMS)
 
 
