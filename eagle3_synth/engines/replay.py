@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Iterator
+from pathlib import Path
 
 import orjson
 
@@ -48,6 +49,8 @@ def index_replay_file(path: str) -> dict[int, tuple[int, int]]:
     thousands of output ids per line; the line is parsed in full when it is checked or replayed.
     """
     found: dict[int, tuple[int, int]] = {}
+    if not Path(path).is_file():
+        raise ConfigError(f"--replay {path}: no such file")
     with open(path, "rb") as handle:
         offset = 0
         for line_number, line in enumerate(handle, start=1):

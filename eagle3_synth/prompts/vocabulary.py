@@ -35,6 +35,9 @@ from eagle3_synth.prompts.templating import load_tokenizer
 SPECIAL_TOKENS = ("bos", "eos", "pad")
 # Files that make a folder hold a tokenizer of its own (transformers reads one of them).
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "tiktoken.model", "vocab.json")
+# Where a size was read; no path, so a published run_info.json names no local folder.
+CONFIG_SIZE = "vocab_size of the model's config.json"
+TOKENIZER_SIZE = "len(tokenizer): no config.json with a vocab_size"
 # Vocabulary differences quoted in a message.
 _SHOWN = 3
 
@@ -44,20 +47,19 @@ class Vocabulary:
     """How many ids the model has, and where that was read (for messages and the run's meta)."""
 
     size: int
-    source: str
+    source: str  # CONFIG_SIZE or TOKENIZER_SIZE: which folder it names is the run's meta (model, tokenizer)
 
     def to_json(self) -> dict[str, Any]:
         return {"size": self.size, "from": self.source}
 
 
-def vocabulary(model: str | None, tokenizer: Any, tokenizer_path: str | None) -> Vocabulary:
+def vocabulary(model: str | None, tokenizer: Any) -> Vocabulary:
     """The model config's `vocab_size` where `model` is a folder with a config.json that has one,
-    else `len(tokenizer)` (loaded from `tokenizer_path`)."""
+    else `len(tokenizer)`."""
     size = model_config_value(model, "vocab_size", "a model folder whose config.json is valid JSON")
     if size is not None:
-        return Vocabulary(size, f"vocab_size in {Path(model) / 'config.json'}")
-    where = f"; no vocab_size in a config.json of {model}" if model else ""
-    return Vocabulary(len(tokenizer), f"len(tokenizer) of {tokenizer_path}{where}")
+        return Vocabulary(size, CONFIG_SIZE)
+    return Vocabulary(len(tokenizer), TOKENIZER_SIZE)
 
 
 def _config_special_ids(model: str) -> dict[str, set[int]]:
@@ -120,13 +122,13 @@ def check_model_and_tokenizer(model: str | None, tokenizer_path: str | None, tok
     """The model's `Vocabulary`, after refusing (one-line ConfigError naming both folders) a tokenizer
     that does not belong to the model (see the module doc). Reads only small JSON files and, where
     --tokenizer is not the model's own, the model's tokenizer: the weights are not touched."""
-    vocab = vocabulary(model, tokenizer, tokenizer_path)
+    vocab = vocabulary(model, tokenizer)
     if not model or not Path(model).is_dir():
         return vocab
     problems = []
     if len(tokenizer) > vocab.size:
-        problems.append(f"the tokenizer has {len(tokenizer)} tokens, more than the model's {vocab.source} "
-                        f"({vocab.size})")
+        problems.append(f"the tokenizer has {len(tokenizer)} tokens, more than the vocab_size of "
+                        f"{Path(model) / 'config.json'} ({vocab.size})")
     problems += _special_token_problems(model, tokenizer)
     if _own_tokenizer(model, tokenizer_path):
         own = load_tokenizer(model, trust_remote_code=trust_remote_code, option="--model")

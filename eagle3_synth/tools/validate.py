@@ -73,7 +73,7 @@ def data_vocabulary(provenance: Provenance, tokenizer: Any) -> Vocabulary:
     if isinstance(recorded, dict) and isinstance(recorded.get("size"), int):
         return Vocabulary(recorded["size"], recorded.get("from") or f"recorded in {provenance.origin}")
     model = provenance.model if provenance.model and Path(provenance.model).is_dir() else None
-    return vocabulary(model, tokenizer, provenance.tokenizer or "the tokenizer given")
+    return vocabulary(model, tokenizer)
 
 
 class RowValidator:
@@ -94,7 +94,7 @@ class RowValidator:
         self.stop_ids = frozenset(markers.stop_ids)
         # Ids are checked against the model's vocabulary (len(tokenizer) when nothing better is known)
         # and outputs against the run's cap (unchecked when not recorded).
-        self.vocab = vocab or vocabulary(None, tokenizer, "the tokenizer")
+        self.vocab = vocab or vocabulary(None, tokenizer)
         self.max_new_tokens = max_new_tokens
 
     def check(self, row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:

@@ -172,3 +172,9 @@ def test_a_good_file_plays_back_exactly(tmp_path):
         ([1000, 1001], "length", None),
         ([2047, 0] * 4, "length", None),  # exactly the cap, ids at both ends of the vocabulary
     ]
+
+
+def test_a_missing_replay_file_is_named(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        check_replay_file(str(tmp_path / "nothing.jsonl"), PARAMS)
+    assert str(error.value).startswith(f"--replay {tmp_path / 'nothing.jsonl'}: no such file")

@@ -131,6 +131,7 @@ MY_js: {{adapter: sharegpt, source: {json_folder}, columns: [uuid, conversations
 
 def test_a_custom_config_needs_a_source_of_prompts(tmp_path, capsys):
     write_yaml(tmp_path / "configs.yaml", CONFIG_YAML)
+    (tmp_path / "replay.jsonl").write_text("", encoding="utf-8")  # a replay file is checked before the prompts
     assert main(build_args(tmp_path, "MY_support")) == 2
     assert "has no bundled sample prompts; pass --source-file FILE, --from-source or --prompts FILE" in capsys.readouterr().err
     assert main(build_args(tmp_path, "MY_support", "--from-source")) == 2

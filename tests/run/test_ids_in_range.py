@@ -107,8 +107,8 @@ def test_a_run_stopped_by_a_bad_record_keeps_what_it_journaled(tmp_path, kimi_to
 
 
 @pytest.mark.parametrize("model, source", [
-    (TINY_MODEL, f"vocab_size in {TINY_MODEL / 'config.json'}"),  # the model config's embedding rows
-    (KIMI_TOKENIZER, f"len(tokenizer) of {KIMI_TOKENIZER}; no vocab_size in a config.json of {KIMI_TOKENIZER}"),
+    (TINY_MODEL, "vocab_size of the model's config.json"),  # the embedding rows, of the folder meta.model names
+    (KIMI_TOKENIZER, "len(tokenizer): no config.json with a vocab_size"),
 ])
 def test_the_vocabulary_size_and_its_source_travel_with_the_data(tmp_path, kimi_tokenizer, capsys, model, source):
     replay = tmp_path / "replay.jsonl"
@@ -116,7 +116,8 @@ def test_the_vocabulary_size_and_its_source_travel_with_the_data(tmp_path, kimi_
     out = tmp_path / "ds"
     assert replay_build(replay, out, capsys, model=model)[0] == 0
     for info in (out / ".runs" / "B1_glaive" / "run.json", out / "B1_glaive" / "run_info.json"):
-        assert json.loads(info.read_text())["meta"]["vocab_size"] == {"size": 2048, "from": source}
+        meta = json.loads(info.read_text())["meta"]
+        assert meta["vocab_size"] == {"size": 2048, "from": source} and meta["model"] == str(model.resolve())
 
 
 def test_a_tokenizer_of_another_model_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):

@@ -202,9 +202,8 @@ def test_ids_outside_the_vocabulary_are_named_by_sample(folder, tmp_path, capsys
     code, report = corrupt(folder, tmp_path, change)
     assert code == 1
     assert report["sample_ids"]["id_out_of_range"] == [4, 9, 11] and report["counts"]["id_out_of_range"] == 3
-    assert report["details"]["id_out_of_range"] == (f"sample 4: output_ids[1] = 5000000 is outside 0 <= id < 2048 "
-                                                    f"(len(tokenizer) of {KIMI_TOKENIZER.resolve()}; no vocab_size in "
-                                                    f"a config.json of {KIMI_TOKENIZER.resolve()})")
+    assert report["details"]["id_out_of_range"] == ("sample 4: output_ids[1] = 5000000 is outside 0 <= id < 2048 "
+                                                    "(len(tokenizer): no config.json with a vocab_size)")
     assert set(report["counts"]) == {"id_out_of_range", "prompt_mismatch"}  # the changed prompt re-templates otherwise
     assert "  id_out_of_range: 3 rows -- a prompt or output id is outside the model's vocabulary" in capsys.readouterr().out
 
@@ -226,7 +225,7 @@ def test_the_recorded_vocabulary_size_is_what_ids_are_checked_against(folder, tm
     del info["meta"]["vocab_size"]  # an older run: the tokenizer's length
     info_path.write_text(json.dumps(info))
     code, reports = validate(tmp_path, str(copy), KIMI_CONFIG)
-    assert code == 1 and "output_ids[1] = 3000 is outside 0 <= id < 2048 (len(tokenizer) of" in reports[0]["details"]["id_out_of_range"]
+    assert code == 1 and "output_ids[1] = 3000 is outside 0 <= id < 2048 (len(tokenizer)" in reports[0]["details"]["id_out_of_range"]
 
 
 def test_an_output_longer_than_the_runs_max_new_tokens(folder, tmp_path, kimi_tokenizer):
