@@ -16,7 +16,7 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.dataset.stores import data_profile, resolve_configs
 from eagle3_synth.prompts.forms import MessageForm
-from eagle3_synth.tools.validate import RowValidator, validate_batches
+from eagle3_synth.tools.validate import RowValidator, data_vocabulary, validate_batches
 from eagle3_synth.cli.data_options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
                           kwarg_overrides, template_kwargs)
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
                                  form=MessageForm.from_json(provenance.message_form) if provenance.message_form else None,
                                  profile=data_profile(tokenizer, provenance, args.profile),
                                  template_date=args.template_date or provenance.template_date,
-                                 kwarg_overrides=kwarg_overrides(args))
+                                 kwarg_overrides=kwarg_overrides(args), vocab=data_vocabulary(provenance, tokenizer),
+                                 max_new_tokens=provenance.max_new_tokens)
         report = validate_batches(source.iter_batches(config), validator, config, workers=args.workers)
         reports.append(report)
         for line in report.lines():

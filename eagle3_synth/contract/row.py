@@ -79,6 +79,19 @@ class PreparedPrompt:
         return self.sample_id if self.conversation_id < 0 else self.conversation_id
 
 
+def out_of_range(ids: Sequence[int], vocab_size: int) -> tuple[int, int] | None:
+    """(position, id) of the first id outside `0 <= id < vocab_size`, None when all are in range.
+
+    The one range test of the contract: engines' result checks, replay import, `validate` and
+    `publish` all call it. An id outside the model's embedding rows is an index error (or garbage)
+    in a trainer's embedding lookup, so no row may hold one. min/max run in C; the position is
+    looked for only when one is out.
+    """
+    if not ids or (min(ids) >= 0 and max(ids) < vocab_size):
+        return None
+    return next((i, int(token)) for i, token in enumerate(ids) if not 0 <= token < vocab_size)
+
+
 def dumps_messages(messages: Sequence[dict[str, Any]]) -> str:
     return json.dumps(list(messages), ensure_ascii=False)
 

@@ -53,6 +53,9 @@ class Provenance:
     # How conversations were handed to the template and the date it rendered (None: not recorded).
     message_form: dict[str, Any] | None = None
     template_date: str | None = None
+    # The model's vocabulary as meta records it ({"size", "from"}; None: an older run) and max_new_tokens.
+    vocab_size: dict[str, Any] | None = None
+    max_new_tokens: int | None = None
     # Where these facts were read from, for messages ("run.json of demo_out/.runs/B1_glaive").
     origin: str = "nothing recorded"
 
@@ -68,6 +71,7 @@ def provenance_from_run_info(data: dict[str, Any], origin: str) -> Provenance:
     markers = meta.get("markers")
     template = fields.get("template") or {}
     return Provenance(
+        vocab_size=meta.get("vocab_size"), max_new_tokens=(fields.get("sampling") or {}).get("max_new_tokens"),
         profile_definition=fields.get("profile_definition"),
         message_form=template.get("message_form"),
         template_date=template.get("date"),

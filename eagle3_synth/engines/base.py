@@ -39,11 +39,16 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1  # -1: no top-k cut
     seed: int | None = None
+    # Every id of a result must be below it: the model's embedding rows (`prompts.vocabulary`).
+    # Never sent to an engine; None only where nothing knows it (an adapter tested on its own).
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         check_sampling(self.max_new_tokens, self.temperature, self.top_p)
         if not self.stop_token_ids:
             raise ConfigError("at least one stop token id is required")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ConfigError(f"the vocabulary size must be >= 1, got {self.vocab_size}")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,22 @@
-"""Every SGLang result is checked before it is stored: a violation stops the run, naming the sample.
+"""Every engine's results are checked before they are stored: a violation stops the run, naming the sample.
+
+One check for every engine (`check_generation`, over a `GenerationResult`, its request and the
+sampling params): sglang, sglang-http, transformers and replay (the import path for results made
+elsewhere) all call it, so a result that breaks the contract cannot reach the journal by any path:
+- `len(output_ids) == completion_tokens`, at most `max_new_tokens` of them;
+- `prompt_tokens == len(prompt_ids)` (nothing truncated or re-tokenized on the way);
+- every prompt and output id is in the model's vocabulary, `0 <= id < vocab_size`
+  (`contract.row.out_of_range`; the size is the model config's `vocab_size`, `prompts.vocabulary`);
+- the output does not start with the prompt (a server that echoes the input);
+- a `stop` has output ids and ends with one of the requested stop ids (kept, last); no stop id
+  occurs before the last position (the engine would have stopped there);
+- `finish_reason` is the contract's `stop` / `length` / `abort`.
+An engine-side abort is not a violation: it becomes that sample's error result, reported and
+generated again with `--retry-errors`.
 
 SGLang 0.5.23 returns `{"output_ids", "meta_info": {"finish_reason": {"type": ...}, "prompt_tokens",
-"completion_tokens", "cached_tokens", ...}}` (plus `"text"` when it has a tokenizer). What we rely
-on, and check here:
-- `len(output_ids) == completion_tokens` (the stop token is kept and counted);
-- `prompt_tokens == len(prompt_ids)` (nothing truncated or re-tokenized on the way);
-- the output does not start with the prompt (a server that echoes the input);
+"completion_tokens", "cached_tokens", ...}}` (plus `"text"` when it has a tokenizer); `check_result`
+reads that dict into a `GenerationResult` and adds what only SGLang's `matched` tells:
 - a token stop ends with the matched id, and that id is one of the requested stop ids: SGLang
   reports a NaN or out-of-range sampled token as `{"type": "stop", "matched": "NaN happened"}`
   after writing an EOS/stop id in its place (sglang 0.5.23 srt/managers/schedule_batch.py:1977-1991,
@@ -17,10 +28,7 @@ on, and check here:
   hold (srt/managers/scheduler.py:2693-2736, `init_req_max_new_tokens`; `max_req_len =
   min(context_len - 1, kv_capacity - 1)`, srt/managers/tp_worker.py:568-572), and reports
   `{"type": "length", "length": <the lowered value>}` (schedule_batch.py:2004). Such a row is valid
-  (`finish_reason` "length"); `is_short_length` tells it apart;
-- `finish_reason` maps to the contract's `stop` / `length` / `abort`.
-An engine-side abort (`{"type": "abort", "message": ...}`) is not a violation: it becomes that
-sample's error result, reported and generated again with `--retry-errors`.
+  (`finish_reason` "length"); `is_short_length` tells it apart. More than `max_new_tokens` is not.
 """
 
 from __future__ import annotations
@@ -28,10 +36,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from eagle3_synth.contract.row import FINISH_REASONS, out_of_range
 from eagle3_synth.errors import EngineError
-from eagle3_synth.engines.base import GenerationRequest, GenerationResult, abort_result
-
-_FINISH_TYPES = ("stop", "length", "abort")
+from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, abort_result
 
 
 def _violation(request: GenerationRequest, source: str, what: str) -> EngineError:
@@ -69,13 +76,73 @@ def unrequested_stop(finish: dict[str, Any], stop_token_ids: Collection[int] | N
     return None
 
 
-def check_result(request: GenerationRequest, response: Any, source: str,
-                 stop_token_ids: Collection[int] | None = None) -> GenerationResult:
-    """Turn one SGLang result dict into a `GenerationResult`, or raise `EngineError` naming the sample.
+def vocabulary_problem(what: str, ids: list[int], vocab_size: int | None) -> str | None:
+    """`what[i] = id is outside the vocabulary ...` for the first id out of range, None if none."""
+    bad = out_of_range(ids, vocab_size) if vocab_size is not None else None
+    if bad is None:
+        return None
+    return f"{what}[{bad[0]}] = {bad[1]} is outside the model's vocabulary (0 <= id < {vocab_size})"
 
-    `source` says where the result came from (a URL, "sglang.Engine") for the message;
-    `stop_token_ids` are the ids the request asked to stop on (None: any integer id is accepted).
-    A stop that is not one of them is returned as that sample's error result.
+
+def output_problem(result: GenerationResult, params: SamplingParams) -> str | None:
+    """What breaks the contract in a result's output, whatever made it; None when nothing does.
+
+    Needs no request, so the replay engine checks a whole file with it before anything runs.
+    An abort (the sample's error) has no output to check.
+    """
+    finish, ids = result.finish_reason, result.output_ids
+    if finish == "abort":
+        return None
+    if finish not in FINISH_REASONS:
+        return f"finish_reason {finish!r} is not one of {FINISH_REASONS}"
+    if len(ids) != result.completion_tokens:
+        return f"len(output_ids) = {len(ids)} but completion_tokens = {result.completion_tokens}"
+    if len(ids) > params.max_new_tokens:
+        return f"{len(ids)} output ids, more than max_new_tokens = {params.max_new_tokens}"
+    problem = vocabulary_problem("output_ids", ids, params.vocab_size)
+    if problem is not None:
+        return problem
+    stops = frozenset(params.stop_token_ids)
+    if finish == "stop" and not ids:
+        return "finish_reason stop with no output ids (the stop token must be kept)"
+    if finish == "stop" and ids[-1] not in stops:
+        return (f"finish_reason stop but the output ends with {ids[-1]}, not a stop id {sorted(stops)} "
+                "(the stop token must be kept, last)")
+    if not stops.isdisjoint(ids[:-1]):
+        at = next(i for i, token in enumerate(ids) if token in stops)
+        return f"stop id {ids[at]} at output position {at} of {len(ids)} (the engine should have stopped there)"
+    return None
+
+
+def check_generation(request: GenerationRequest, result: GenerationResult, params: SamplingParams,
+                     source: str) -> GenerationResult:
+    """The contract check of every engine's result: returns it, or raises `EngineError` naming the
+    sample (the run stops; what is journaled stays). An abort is returned as it is: the sample's error.
+
+    `source` says where the result came from (a URL, "sglang.Engine", a replay file's line).
+    """
+    if result.finish_reason == "abort":
+        return result
+    if result.sample_id != request.sample_id:
+        raise _violation(request, source, f"the result is for sample_id {result.sample_id}")
+    prompt = request.prompt_ids
+    if result.prompt_tokens != len(prompt):
+        raise _violation(request, source, f"prompt_tokens = {result.prompt_tokens} but {len(prompt)} prompt ids were "
+                                          "sent (truncated, e.g. --allow-auto-truncate, or re-tokenized)")
+    problem = vocabulary_problem("prompt_ids", prompt, params.vocab_size) or output_problem(result, params)
+    if problem is None and prompt and result.output_ids[: len(prompt)] == prompt:
+        problem = "output_ids start with the prompt ids (the prompt leaked into the output)"
+    if problem is not None:
+        raise _violation(request, source, problem)
+    return result
+
+
+def check_result(request: GenerationRequest, response: Any, source: str, params: SamplingParams) -> GenerationResult:
+    """Turn one SGLang result dict into a checked `GenerationResult`, or raise `EngineError` naming the sample.
+
+    `source` says where the result came from (a URL, "sglang.Engine") for the message; `params` are
+    the request's sampling params (its stop ids, max_new_tokens, the vocabulary size). A stop on an
+    id that is not a requested stop id is returned as that sample's error result.
     """
     if not isinstance(response, dict):
         raise _violation(request, source, f"expected one result object, got {type(response).__name__}")
@@ -83,8 +150,8 @@ def check_result(request: GenerationRequest, response: Any, source: str,
     if not isinstance(meta, dict):
         raise _violation(request, source, "no meta_info object")
     finish = meta.get("finish_reason")
-    if not isinstance(finish, dict) or finish.get("type") not in _FINISH_TYPES:
-        raise _violation(request, source, f"finish_reason {finish!r} is not one of {_FINISH_TYPES} (request unfinished?)")
+    if not isinstance(finish, dict) or finish.get("type") not in FINISH_REASONS:
+        raise _violation(request, source, f"finish_reason {finish!r} is not one of {FINISH_REASONS} (request unfinished?)")
     if finish["type"] == "abort":
         return abort_result(request, abort_message(finish))
 
@@ -92,30 +159,19 @@ def check_result(request: GenerationRequest, response: Any, source: str,
     if not isinstance(output_ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in output_ids):
         raise _violation(request, source, "output_ids is not a list of integers (was the request sent as token ids?)")
     completion_tokens = _int_field(meta, "completion_tokens", request, source)
-    if len(output_ids) != completion_tokens:
-        raise _violation(request, source, f"len(output_ids) = {len(output_ids)} but completion_tokens = {completion_tokens}")
     prompt_tokens = _int_field(meta, "prompt_tokens", request, source)
-    prompt = request.prompt_ids
-    if prompt_tokens != len(prompt):
-        raise _violation(request, source, f"prompt_tokens = {prompt_tokens} but {len(prompt)} prompt ids were sent "
-                                          "(truncated, e.g. --allow-auto-truncate, or re-tokenized)")
-    if prompt and output_ids[: len(prompt)] == prompt:
-        raise _violation(request, source, "output_ids start with the prompt ids (the prompt leaked into the output)")
     if finish["type"] == "stop":
-        matched = finish.get("matched")
-        problem = unrequested_stop(finish, stop_token_ids)
+        problem = unrequested_stop(finish, params.stop_token_ids)
         if problem is not None:
             return abort_result(request, f"{source}: {problem}")
-        if not output_ids:
-            raise _violation(request, source, "finish_reason stop with no output ids (the stop token must be kept)")
-        if isinstance(matched, int) and output_ids[-1] != matched:
-            raise _violation(request, source, f"stopped on token {matched} but the output ends with {output_ids[-1]} "
-                                              "(the stop token must be kept, last)")
+        if output_ids and output_ids[-1] != finish["matched"]:
+            raise _violation(request, source, f"stopped on token {finish['matched']} but the output ends with "
+                                              f"{output_ids[-1]} (the stop token must be kept, last)")
     cached = meta.get("cached_tokens")
     # Times the scheduler took the request out of the running batch to free KV memory and ran it
     # again later (sglang 0.5.23 srt/managers/tokenizer_manager.py:2507-2512): KV thrashing.
     retractions = meta.get("num_retractions")
-    return GenerationResult(
+    result = GenerationResult(
         sample_id=request.sample_id,
         output_ids=output_ids,
         finish_reason=finish["type"],
@@ -124,3 +180,4 @@ def check_result(request: GenerationRequest, response: Any, source: str,
         cached_tokens=cached if isinstance(cached, int) else 0,
         retractions=retractions if isinstance(retractions, int) and not isinstance(retractions, bool) else 0,
     )
+    return check_generation(request, result, params, source)

@@ -13,6 +13,7 @@ from typing import Any
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
                                        take_requests)
+from eagle3_synth.engines.result_checks import check_generation
 
 
 def cut_after_stop(new_ids: list[int], stop_ids: tuple[int, ...], max_new_tokens: int) -> tuple[list[int], str]:
@@ -70,7 +71,7 @@ class TransformersEngine:
                     completion_tokens=len(output_ids),
                 )
             )
-        return results
+        return [check_generation(request, result, params, "transformers") for request, result in zip(batch, results)]
 
     def generate(self, requests: Iterable[GenerationRequest], params: SamplingParams) -> Iterator[GenerationResult]:
         iterator = iter(requests)

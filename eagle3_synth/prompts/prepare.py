@@ -50,17 +50,27 @@ class Preparation:
     too_long_reason: str = "the model's context minus max_new_tokens"
 
 
-def model_config_value(folder: str | Path | None, key: str, option: str) -> int | None:
-    """A positive int `key` of a model folder's config.json (also nested in `text_config` or
-    `language_config`, as multimodal models like Kimi-K2.5 keep it); None without one. An unreadable
-    config.json is a ConfigError pointing at `option`, the way to give the value instead."""
-    if not folder or not (Path(folder) / "config.json").is_file():
-        return None
+def model_config_sections(folder: str | Path | None, option: str, name: str = "config.json") -> list[dict[str, Any]]:
+    """A model folder's `name` (config.json, generation_config.json) and its `text_config` /
+    `language_config` (where multimodal models like Kimi-K2.5 keep the language model's values), in
+    that order; empty without the file. An unreadable file is a ConfigError pointing at `option`."""
+    if not folder or not (Path(folder) / name).is_file():
+        return []
     try:
-        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise ConfigError(f"{folder}/config.json is not valid JSON ({exc}); pass {option}") from None
-    for section in (config, config.get("text_config") or {}, config.get("language_config") or {}):
+        raise ConfigError(f"{folder}/{name} is not valid JSON ({exc}); pass {option}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{folder}/{name} is not a JSON object; pass {option}")
+    nested = (config.get("text_config"), config.get("language_config"))
+    return [config, *(section for section in nested if isinstance(section, dict))]
+
+
+def model_config_value(folder: str | Path | None, key: str, option: str) -> int | None:
+    """A positive int `key` of a model folder's config.json (also nested, `model_config_sections`);
+    None without one. An unreadable config.json is a ConfigError pointing at `option`, the way to
+    give the value instead."""
+    for section in model_config_sections(folder, option):
         value = section.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

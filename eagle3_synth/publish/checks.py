@@ -3,7 +3,8 @@
 A release is permanent (tags are never overwritten), so nothing that breaks the data contract may
 reach the Hub: every Parquet file must have exactly the contract's schema, and every row must pass
 `eagle3-synth validate` (prompt re-templated from its messages, boundaries recomputed from
-`output_ids`, stop tokens, counts, unique sample ids) with the tokenizer the data was made with.
+`output_ids`, stop tokens, counts, every id in the model's vocabulary, no output over the run's
+max_new_tokens, unique sample ids) with the tokenizer the data was made with.
 The row checks are `validate.validate_rows`, not a second implementation.
 """
 
@@ -25,7 +26,7 @@ from eagle3_synth.dataset.stores import (
     data_tokenizer,
     provenance_from_run_file,
 )
-from eagle3_synth.tools.validate import RowValidator, validate_rows
+from eagle3_synth.tools.validate import RowValidator, data_vocabulary, validate_rows
 
 CONTRACT_SCHEMA = FEATURES.arrow_schema.remove_metadata()
 
@@ -78,7 +79,8 @@ def check_folder(
             continue
         provenance = config_provenance(folder, config)
         tokenizer = tokenizers.get(provenance)
-        validator = RowValidator(tokenizer, data_markers(tokenizer, provenance), provenance.template_kwargs)
+        validator = RowValidator(tokenizer, data_markers(tokenizer, provenance), provenance.template_kwargs,
+                                 vocab=data_vocabulary(provenance, tokenizer), max_new_tokens=provenance.max_new_tokens)
         report = validate_rows(source.iter_rows(config), validator, config)
         if report.ok:
             echo(f"  {report.lines()[0]}")

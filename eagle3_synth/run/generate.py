@@ -25,7 +25,9 @@ from typing import Any, TextIO
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
+from eagle3_synth.prompts.vocabulary import Vocabulary, check_model_and_tokenizer
 from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
+from eagle3_synth.engines.replay import check_replay_file
 from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
@@ -65,10 +67,10 @@ def recorded_template_date(run: RunDirectory) -> str | None:
     return (run.read_run_file()["fields"].get("template") or {}).get("date")
 
 
-def _sampling_params(sampling: SamplingSpec, markers: MarkerIds) -> SamplingParams:
+def _sampling_params(sampling: SamplingSpec, markers: MarkerIds, vocab_size: int) -> SamplingParams:
     return SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
                           stop_token_ids=markers.stop_ids, top_p=sampling.top_p, top_k=sampling.top_k,
-                          seed=sampling.seed)
+                          seed=sampling.seed, vocab_size=vocab_size)
 
 
 @contextmanager
@@ -168,6 +170,8 @@ class RunSetup:
     profile: ModelProfile
     markers: MarkerIds
     chat: ChatTokenizer
+    vocab: Vocabulary  # the ids every result is checked against (prompts/vocabulary.py)
+    params: SamplingParams
 
 
 def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup:
@@ -181,25 +185,32 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup
     profile, why = choose_profile(model.profile, tokenizer, model.profile_file)
     log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
+    # A tokenizer of another model is refused before anything runs; every id is checked against the size.
+    vocab = check_model_and_tokenizer(engine_options(spec, options).model, model.tokenizer, tokenizer,
+                                      trust_remote_code=model.trust_remote_code)
+    params = _sampling_params(spec.sampling, markers, vocab.size)
+    if model.replay_file:  # every record checked before the run directory is claimed
+        check_replay_file(model.replay_file, params)
     chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
                          template_date=model.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
                     "history will be %s", "; ".join(chat.probe.lines()),
                     "rejected" if not chat.probe.renders_calls else "templated in the closest form")
-    return RunSetup(profile, markers, chat)
+    return RunSetup(profile, markers, chat, vocab, params)
 
 
-def run_meta(spec: RunSpec, options: RunOptions, markers: MarkerIds, chat: ChatTokenizer) -> dict[str, Any]:
+def run_meta(spec: RunSpec, options: RunOptions, setup: RunSetup) -> dict[str, Any]:
     """What run.json records beside the fingerprinted fields: for assembly, the card and people."""
-    model = spec.model
+    model, chat = spec.model, setup.chat
     return {
-        "markers": markers.to_json(),
+        "markers": setup.markers.to_json(),
         "message_probe": chat.probe.outcomes if chat.probe else None,
         "engine": options.engine,
         "model": _absolute(engine_options(spec, options).model),
         "tokenizer": _absolute(model.tokenizer),
         "trust_remote_code": model.trust_remote_code,
+        "vocab_size": setup.vocab.to_json(),  # what validate and publish check ids against
         "template_kwargs": spec.template_kwargs,
         # The config itself (source, license ...), so a card rendered in a process that never
         # loaded a --config-file still says where the prompts came from.
@@ -272,7 +283,7 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
         try:
             # Claimed once the prompts could be prepared: a start that failed there leaves no run
             # behind that would refuse the next command's corrected settings.
-            run_fingerprint = run.claim(fields, meta=run_meta(spec, options, markers, chat))
+            run_fingerprint = run.claim(fields, meta=run_meta(spec, options, setup))
             kill_point("run.claimed")
             if staged is not None:
                 if prepared.kept and engine is None:
@@ -309,7 +320,7 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
                     if getattr(engine, "groups_prefixes", False):  # engines with a prefix cache (SGLang)
                         starts = grouped_by_prefix(starts)
                     feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.engine_options.priority)
-                    for result in engine.generate(feed, _sampling_params(spec.sampling, markers)):
+                    for result in engine.generate(feed, setup.params):
                         turn = feed.take(result.sample_id, options.engine)
                         following = next_turns.after(turn, result.output_ids, result.finish_reason)
                         continues = isinstance(following, Turn)

@@ -22,6 +22,30 @@ def decode_ids(tokenizer: Any, ids: Sequence[int], *, skip_special_tokens: bool 
     return decode_text(tokenizer, ids, skip_special_tokens=skip_special_tokens)
 
 
+def display_text(tokenizer: Any, ids: Sequence[int], *, show_ids: bool = False) -> str:
+    """`ids` decoded for people: an id that is not a token of the tokenizer (outside
+    `0 <= id < len(tokenizer)`: a row that breaks the contract, or an id of the model's embedding
+    padding) is shown as `⟨ID: not in the tokenizer⟩` in its place, never decoded (a negative id
+    or one past 64 bits makes `decode` raise) and never dropped. `show_ids`: each token's id after it."""
+    size = len(tokenizer)
+    parts: list[str] = []
+    run: list[int] = []
+    for token in ids:
+        if 0 <= token < size:
+            if show_ids:
+                parts.append(f"{decode_ids(tokenizer, [token])}⟨{token}⟩")
+            else:
+                run.append(token)
+            continue
+        if run:
+            parts.append(decode_ids(tokenizer, run))
+            run = []
+        parts.append(f"⟨{token}: not in the tokenizer⟩")
+    if run:
+        parts.append(decode_ids(tokenizer, run))
+    return "".join(parts)
+
+
 def reasoning_span(row: dict[str, Any]) -> tuple[int, int] | None:
     """[start, end) of the reasoning text in output_ids (markers excluded), None without reasoning."""
     start = row["reasoning_start"]

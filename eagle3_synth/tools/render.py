@@ -11,7 +11,7 @@ from typing import Any
 
 from eagle3_synth.contract.boundaries import reasoning_end
 
-from eagle3_synth.tools.decode import decode_ids
+from eagle3_synth.tools.decode import display_text
 
 COLOURS = {
     "prompt": "\033[2m",
@@ -26,25 +26,25 @@ RESET = "\033[0m"
 
 
 def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
-    """(label, start, end) spans covering `output_ids`, from the row's boundary columns."""
+    """(label, start, end) spans covering `output_ids`, from the row's boundary columns (a column
+    pointing past the output, in a row that breaks the contract, marks only what is there)."""
     n = len(row["output_ids"])
     labels = ["other"] * n
+
+    def mark(start: int, stop: int, label: str) -> None:
+        labels[max(start, 0):max(min(stop, n), 0)] = [label] * max(min(stop, n) - max(start, 0), 0)
+
     reasoning_start, think_end, response_start = row["reasoning_start"], row["think_end"], row["response_start"]
     if reasoning_start >= 0:
-        for i in range(reasoning_start, reasoning_end(think_end, response_start, n)):
-            labels[i] = "reasoning"
+        mark(reasoning_start, reasoning_end(think_end, response_start, n), "reasoning")
     if response_start >= 0:
-        for i in range(response_start, n):
-            labels[i] = "response"
+        mark(response_start, n, "response")
     if think_end >= 0:  # the whole close marker: one token, or several (gpt-oss, DSML)
-        for i in range(think_end, max(response_start, think_end + 1)):
-            labels[i] = "think_end"
+        mark(think_end, max(response_start, think_end + 1), "think_end")
     for number, call in enumerate(row["tool_calls"], start=1):
-        end = call["end"] if call["end"] >= 0 else n - 1
-        for i in range(call["start"], end + 1):
-            labels[i] = f"tool_call {number}"
+        mark(call["start"], (call["end"] if call["end"] >= 0 else n - 1) + 1, f"tool_call {number}")
     if row["stop_index"] >= 0:
-        labels[row["stop_index"]] = "stop"
+        mark(row["stop_index"], row["stop_index"] + 1, "stop")
     spans: list[tuple[str, int, int]] = []
     for i, label in enumerate(labels):
         if spans and spans[-1][0] == label:
@@ -55,9 +55,7 @@ def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 
 def _decode(tokenizer: Any, ids: list[int], show_ids: bool) -> str:
-    if not show_ids:
-        return decode_ids(tokenizer, ids)
-    return "".join(f"{decode_ids(tokenizer, [i])}⟨{i}⟩" for i in ids)
+    return display_text(tokenizer, ids, show_ids=show_ids)  # an id outside the tokenizer shown, never raised on
 
 
 def header(row: dict[str, Any], *, in_conversation: bool = False) -> str:

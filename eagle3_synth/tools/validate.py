@@ -12,6 +12,9 @@ What a row must satisfy (each failure is a violation *kind*, reported with sampl
   it); no stop id occurs before the last position (the engine would have stopped there);
 - the output does not start by repeating the prompt (an engine returning prompt + output);
 - `prompt_tokens`/`completion_tokens` are the lengths of the id lists; `finish_reason` is known;
+- every prompt and output id is in the model's vocabulary, `0 <= id < vocab_size` (the size the run
+  recorded; for an older run the recorded model's config.json, else `len(tokenizer)`:
+  `data_vocabulary`), and no output is longer than the run's `max_new_tokens`;
 - each `sample_id` occurs once.
 """
 
@@ -22,6 +25,7 @@ import multiprocessing
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
@@ -30,9 +34,11 @@ from eagle3_synth.prompts.conversation import count_calls, validate_conversation
 from eagle3_synth.errors import PromptError
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.prompts.forms import MessageForm
-from eagle3_synth.contract.row import FINISH_REASONS
+from eagle3_synth.contract.row import FINISH_REASONS, out_of_range
+from eagle3_synth.dataset.stores import Provenance
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.prompts.rollouts import ChatTokenizers
+from eagle3_synth.prompts.vocabulary import Vocabulary, vocabulary
 
 # How many leading prompt ids, repeated at the start of the output, count as a leaked prompt.
 LEAK_PREFIX = 8
@@ -51,10 +57,23 @@ KINDS: dict[str, str] = {
     "prompt_tokens": "prompt_tokens != len(prompt_ids)",
     "completion_tokens": "completion_tokens != len(output_ids)",
     "finish_reason": f"finish_reason not in {FINISH_REASONS}",
+    "id_out_of_range": "a prompt or output id is outside the model's vocabulary (0 <= id < vocab_size)",
+    "over_max_new_tokens": "more output ids than the run's max_new_tokens",
     "duplicate_sample_id": "the sample_id occurs more than once",
     "history_not_own": "a later turn's history is not the previous turn's history plus the target's own output",
 }
 BOUNDARY_COLUMNS = ("reasoning_start", "think_end", "response_start", "stop_index")
+
+
+def data_vocabulary(provenance: Provenance, tokenizer: Any) -> Vocabulary:
+    """The vocabulary a config's ids are checked against: the size its run recorded; for a run
+    that recorded none, the recorded model folder's config.json where it is here, else
+    `len(tokenizer)` (`prompts.vocabulary`, the one rule)."""
+    recorded = provenance.vocab_size
+    if isinstance(recorded, dict) and isinstance(recorded.get("size"), int):
+        return Vocabulary(recorded["size"], recorded.get("from") or f"recorded in {provenance.origin}")
+    model = provenance.model if provenance.model and Path(provenance.model).is_dir() else None
+    return vocabulary(model, tokenizer)
 
 
 class RowValidator:
@@ -62,7 +81,8 @@ class RowValidator:
 
     def __init__(self, tokenizer: Any, markers: MarkerIds, template_kwargs: Mapping[str, Any] | None = None, *,
                  form: MessageForm | None = None, profile: ModelProfile | None = None,
-                 template_date: str | None = None, kwarg_overrides: Mapping[str, Any] | None = None):
+                 template_date: str | None = None, kwarg_overrides: Mapping[str, Any] | None = None,
+                 vocab: Vocabulary | None = None, max_new_tokens: int | None = None):
         # The message form and date the data was templated with (recorded in run info); without a
         # recorded form the template is probed again with the profile's settings, as a run does.
         self.chat = ChatTokenizer(tokenizer, template_kwargs, form=form, profile=profile, template_date=template_date)
@@ -72,6 +92,10 @@ class RowValidator:
         self.markers = markers
         self.profile = profile
         self.stop_ids = frozenset(markers.stop_ids)
+        # Ids are checked against the model's vocabulary (len(tokenizer) when nothing better is known)
+        # and outputs against the run's cap (unchecked when not recorded).
+        self.vocab = vocab or vocabulary(None, tokenizer)
+        self.max_new_tokens = max_new_tokens
 
     def check(self, row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         """(kind, detail) of every violation in `row`; empty when the row is clean. `previous`: the
@@ -82,6 +106,7 @@ class RowValidator:
             found.append(("prompt_tokens", f"{row['prompt_tokens']} != {len(prompt)}"))
         if row["completion_tokens"] != len(output):
             found.append(("completion_tokens", f"{row['completion_tokens']} != {len(output)}"))
+        found += self._check_ids(prompt, output)
         found += self._check_prompt(row, prompt)
         n = min(len(prompt), LEAK_PREFIX)
         if n and output[:n] == prompt[:n]:
@@ -96,6 +121,17 @@ class RowValidator:
         if finish_reason == "stop" and (not output or output[-1] not in self.stop_ids):
             found.append(("stop_token", f"last id {output[-1] if output else None} is not one of {sorted(self.stop_ids)}"))
         found += self._check_boundaries(row, prompt, output, finish_reason)
+        return found
+
+    def _check_ids(self, prompt: list[int], output: list[int]) -> list[tuple[str, str]]:
+        found = []
+        for name, ids in (("prompt_ids", prompt), ("output_ids", output)):
+            bad = out_of_range(ids, self.vocab.size)
+            if bad is not None:
+                found.append(("id_out_of_range", f"{name}[{bad[0]}] = {bad[1]} is outside 0 <= id < {self.vocab.size} "
+                                                 f"({self.vocab.source})"))
+        if self.max_new_tokens is not None and len(output) > self.max_new_tokens:
+            found.append(("over_max_new_tokens", f"{len(output)} output ids, the run's max_new_tokens is {self.max_new_tokens}"))
         return found
 
     def _check_prompt(self, row: Mapping[str, Any], prompt: list[int]) -> list[tuple[str, str]]:
@@ -128,6 +164,8 @@ class RowValidator:
             return [("history_not_own", f"turn {turn}'s history does not start with turn {turn - 1}'s")]
         if self.profile is None:  # the output's history message needs the family's parsers
             return []
+        if out_of_range(previous["output_ids"], self.vocab.size) is not None:
+            return []  # an output that cannot be decoded (reported as id_out_of_range on its own row)
         if len(messages) <= len(history):
             return [("history_not_own", f"turn {turn}'s history ends where turn {turn - 1}'s does")]
         own = history_message(list(previous["output_ids"]), previous, self.chat.tokenizer, self.markers, self.profile,

@@ -77,15 +77,15 @@ REQUEST = GenerationRequest(5, [11, 12, 13, 14])
 
 def test_a_good_result_is_taken_as_is():
     response = R.finished("r", 4, [1000, 1001, STOP[0]], R.stop_reason(STOP[0]), cached_tokens=3)
-    result = check_result(REQUEST, response, source="http://h:1")
+    result = check_result(REQUEST, response, "http://h:1", PARAMS)
     assert (result.sample_id, result.output_ids, result.finish_reason) == (5, [1000, 1001, STOP[0]], "stop")
     assert (result.prompt_tokens, result.completion_tokens, result.cached_tokens, result.error) == (4, 3, 3, None)
-    length = check_result(REQUEST, R.finished("r", 4, [1000, 1001], R.length_reason(2)), source="x")
+    length = check_result(REQUEST, R.finished("r", 4, [1000, 1001], R.length_reason(2)), "x", PARAMS)
     assert length.finish_reason == "length" and length.output_ids == [1000, 1001]
 
 
 def test_an_engine_abort_is_the_samples_error():
-    result = check_result(REQUEST, R.queued_abort("r"), source="x")
+    result = check_result(REQUEST, R.queued_abort("r"), "x", PARAMS)
     assert result.finish_reason == "abort" and result.output_ids == []
     assert result.error == "aborted by SGLang: Abort in waiting queue"
 
@@ -110,7 +110,7 @@ def _broken(change) -> dict:
 ])
 def test_a_contract_violation_is_an_error_naming_the_sample(response, message):
     with pytest.raises(EngineError) as error:
-        check_result(REQUEST, response, source="http://h:1")
+        check_result(REQUEST, response, "http://h:1", PARAMS)
     assert str(error.value).startswith("sample_id 5: http://h:1 returned a result that breaks the contract")
     assert message in str(error.value)
 

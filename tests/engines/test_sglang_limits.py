@@ -72,16 +72,16 @@ def test_a_server_with_allow_auto_truncate_or_a_tokenizer_is_refused(serve):
 
 def test_a_nan_stop_is_the_samples_error_not_a_row():
     response = R.finished("r", 4, [1000, STOP[0]], R.nan_stop())  # EOS written in the NaN's slot
-    result = check_result(REQUEST, response, source="x", stop_token_ids=STOP)
+    result = check_result(REQUEST, response, "x", PARAMS)
     assert result.finish_reason == "abort" and result.output_ids == []
     assert "'NaN happened'" in result.error
 
 
 def test_a_stop_on_an_id_not_requested_is_the_samples_error():
     response = R.finished("r", 4, [1000, 7], R.stop_reason(7))
-    result = check_result(REQUEST, response, source="x", stop_token_ids=STOP)
+    result = check_result(REQUEST, response, "x", PARAMS)
     assert result.finish_reason == "abort" and "token 7, which is not one of the requested stop ids" in result.error
-    assert check_result(REQUEST, R.finished("r", 4, [1000, STOP[1]], R.stop_reason(STOP[1])), "x", STOP).error is None
+    assert check_result(REQUEST, R.finished("r", 4, [1000, STOP[1]], R.stop_reason(STOP[1])), "x", PARAMS).error is None
 
 
 def test_nan_stops_over_http_are_errors_and_the_rest_are_rows(serve):

@@ -209,6 +209,19 @@ def test_a_folder_that_breaks_the_contract_is_refused(folders, tmp_path):
     assert not (bad / ".publish").exists()
 
 
+def test_a_folder_with_ids_outside_the_vocabulary_is_refused(folders, tmp_path):
+    bad = copy_dataset(folders[0], tmp_path / "bad")
+
+    def plant(row: dict) -> None:
+        if row["sample_id"] in (3, 5):  # inside the reasoning text: no boundary moves
+            row["output_ids"][1] = 5_000_000 if row["sample_id"] == 3 else -7
+
+    rewrite_rows(bad, B1, plant)
+    with pytest.raises(ConfigError, match=r"(?s)refusing to publish.*B1_glaive.*id_out_of_range: 2 rows.*"
+                                          r"sample ids: 3, 5\b.*output_ids\[1\] = 5000000 is outside 0 <= id < 2048"):
+        publish(PublishOptions(folder=bad, repo_id=REPO, tag="v1.0.0", dry_run=True), echo=lambda line: None)
+
+
 def test_a_shard_with_the_wrong_types_is_refused(folders, tmp_path):
     bad = copy_dataset(folders[0], tmp_path / "bad")
     shard = next((bad / B3).glob("train-*.parquet"))

@@ -242,7 +242,7 @@ def test_validate_passes_on_conversations_and_catches_a_history_not_the_targets(
 
     copy = copy_dataset(out, tmp_path / "corrupt")
     rewrite_rows(copy, CONFIG, change)
-    assert main(["validate", str(copy), CONFIG, "--report", str(report)]) == 1
+    assert main(["validate", str(copy), CONFIG, "--report", str(report), "--overwrite"]) == 1
     found = json.loads(report.read_text())[0]
     assert found["counts"] == {"history_not_own": 1} and found["sample_ids"]["history_not_own"] == [target["sample_id"]]
     assert "messages[1] is not turn 0's output as the parsers return it" in found["details"]["history_not_own"]

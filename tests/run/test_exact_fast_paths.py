@@ -2,7 +2,7 @@
 
 Each fast path is held to a slow reference written out here: tool-call spans against a per-token
 scan, journal lines against `json.dumps`, prompts.jsonl against `asdict`, one index lookup against
-the vectorised one; the replay engine's checks still turn bad records into named errors; and
+the vectorised one; the replay engine's checks still name each bad record's sample and line; and
 prompts streamed into prompts.jsonl leave nothing behind when the stream fails.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from eagle3_synth.contract.boundaries import ToolCallSpan, find_tool_calls
 from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from eagle3_synth.engines.replay import ReplayEngine
-from eagle3_synth.errors import PromptError
+from eagle3_synth.errors import EngineError, PromptError
 from eagle3_synth.run.journal import JournalIndex, encode_result
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.contract.row import PreparedPrompt
@@ -147,21 +147,22 @@ REPLAY_LINES = [
 
 
 def test_replay_checks_name_each_bad_record(tmp_path):
+    """Each bad record stops the run naming its sample and line (the shared result check's outcome)."""
+    import re
+
     path = tmp_path / "replay.jsonl"
     path.write_text("\n".join(REPLAY_LINES) + "\n", encoding="utf-8")
     engine = ReplayEngine(str(path))
     params = SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=(7,))
     try:
-        results = {r.sample_id: r for r in engine.generate(
-            [GenerationRequest(i, [1, 2]) for i in range(7)], params)}
+        (result,) = engine.generate([GenerationRequest(0, [1, 2])], params)
+        assert (result.output_ids, result.finish_reason, result.error) == ([5, 6, 7], "length", None)
+        # a bool, a float, an unterminated line, an integer beyond 64 bits, not an object, a string
+        for sample_id, what in [(1, "output_ids is not a list of ints"), (2, "output_ids is not a list of ints"),
+                                (3, "not valid JSON"), (4, "output_ids is not a list of ints"),
+                                (5, "not a JSON object"), (6, "output_ids is not a list of ints")]:
+            message = f"sample_id {sample_id}: {path}:{sample_id + 1} returned a result that breaks the contract: {what}"
+            with pytest.raises(EngineError, match=re.escape(message)):
+                list(engine.generate([GenerationRequest(sample_id, [1, 2])], params))
     finally:
         engine.close()
-    assert (results[0].output_ids, results[0].finish_reason, results[0].error) == ([5, 6, 7], "length", None)
-    for sample_id in (1, 2, 4, 6):  # a bool, a float, an integer beyond 64 bits, a string
-        assert results[sample_id].finish_reason == "abort"
-        assert results[sample_id].error == f"replay record for sample_id {sample_id}: output_ids is not a list of ints"
-    for sample_id in (3,):
-        assert results[sample_id].finish_reason == "abort"
-        assert f"replay record for sample_id {sample_id} (byte " in results[sample_id].error
-        assert "is not valid JSON" in results[sample_id].error
-    assert results[5].error == "replay record for sample_id 5 is not a JSON object"

@@ -202,3 +202,26 @@ def test_a_published_repo_id(folder, tmp_path, monkeypatch):
     assert [s["config"] for s in json.loads(stats_json + "\n]")] == [KIMI_CONFIG, QWEN_CONFIG]
     assert f"{KIMI_CONFIG} in {repo} (repo); showing 1" in rest and shown(rest) == [9]
     assert f"{QWEN_CONFIG}: 9 rows, all valid" in rest  # tokenizer + template kwargs from run_info.json
+
+
+@pytest.mark.parametrize("show_ids", [True, False])
+def test_a_row_with_ids_outside_the_vocabulary_is_shown_not_crashed_on(folder, tmp_path, capsys, show_ids):
+    """A row that breaks the contract (ids 5,000,000 and -7; a stop_index past the output) is shown,
+    each bad id marked in its place, so the row can be looked at."""
+    from ..support.built_datasets import copy_dataset, rewrite_rows
+
+    bad = copy_dataset(folder, tmp_path / "bad")
+
+    def plant(row):
+        if row["sample_id"] == 4:
+            row["output_ids"][1], row["output_ids"][2] = 5_000_000, -7
+            row["stop_index"] = len(row["output_ids"]) + 3
+
+    rewrite_rows(bad, KIMI_CONFIG, plant)
+    args = ["inspect", str(bad), KIMI_CONFIG, "--sample", "4", "--colour", "never", *(["--ids"] if show_ids else [])]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "⟨5000000: not in the tokenizer⟩⟨-7: not in the tokenizer⟩" in out
+    row = load_dataset(str(folder), KIMI_CONFIG, split="train")[4]
+    first = f"⟨{row['output_ids'][0]}⟩" if show_ids else ""
+    assert f"[reasoning 0:" in out and first + "⟨5000000: not in the tokenizer⟩" in out

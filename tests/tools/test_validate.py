@@ -186,3 +186,59 @@ def test_workers_give_the_same_report(folder, tmp_path, kimi_tokenizer, kimi_mar
     two = validate_batches(source.iter_batches(KIMI_CONFIG, batch_size=4), validator, KIMI_CONFIG, workers=2)
     assert one.as_dict() == two.as_dict()
     assert one.sample_ids["think_end"] == [0, 5, 10, 15, 20] and one.rows == 24
+
+
+def test_ids_outside_the_vocabulary_are_named_by_sample(folder, tmp_path, capsys):
+    """A replayed id of 5,000,000 or -7, or a prompt id past the tokenizer: no row may hold one."""
+
+    def change(row):
+        if row["sample_id"] == 4:
+            row["output_ids"][1] = 5_000_000  # inside the reasoning text: no boundary moves
+        if row["sample_id"] == 9:
+            row["output_ids"][0] = -7
+        if row["sample_id"] == 11:
+            row["prompt_ids"][-1] = 2048
+
+    code, report = corrupt(folder, tmp_path, change)
+    assert code == 1
+    assert report["sample_ids"]["id_out_of_range"] == [4, 9, 11] and report["counts"]["id_out_of_range"] == 3
+    assert report["details"]["id_out_of_range"] == ("sample 4: output_ids[1] = 5000000 is outside 0 <= id < 2048 "
+                                                    "(len(tokenizer): no config.json with a vocab_size)")
+    assert set(report["counts"]) == {"id_out_of_range", "prompt_mismatch"}  # the changed prompt re-templates otherwise
+    assert "  id_out_of_range: 3 rows -- a prompt or output id is outside the model's vocabulary" in capsys.readouterr().out
+
+
+def test_the_recorded_vocabulary_size_is_what_ids_are_checked_against(folder, tmp_path):
+    """validate needs no model: the size the run recorded decides; a run that recorded none falls
+    back to the recorded model's config.json, else len(tokenizer)."""
+    copy = copy_dataset(folder, tmp_path / "copy")
+    rewrite_rows(copy, KIMI_CONFIG, lambda row: row["output_ids"].__setitem__(1, 3000) if row["sample_id"] == 4 else None)
+    info_path = copy / KIMI_CONFIG / "run_info.json"
+    info = json.loads(info_path.read_text())
+    assert info["meta"]["vocab_size"]["size"] == 2048
+    code, reports = validate(tmp_path, str(copy), KIMI_CONFIG)
+    assert code == 1 and reports[0]["sample_ids"] == {"id_out_of_range": [4]}
+    info["meta"]["vocab_size"] = {"size": 4096, "from": "vocab_size in /models/x/config.json"}
+    info_path.write_text(json.dumps(info))
+    code, reports = validate(tmp_path, str(copy), KIMI_CONFIG)
+    assert code == 0, reports
+    del info["meta"]["vocab_size"]  # an older run: the tokenizer's length
+    info_path.write_text(json.dumps(info))
+    code, reports = validate(tmp_path, str(copy), KIMI_CONFIG)
+    assert code == 1 and "output_ids[1] = 3000 is outside 0 <= id < 2048 (len(tokenizer)" in reports[0]["details"]["id_out_of_range"]
+
+
+def test_an_output_longer_than_the_runs_max_new_tokens(folder, tmp_path, kimi_tokenizer):
+    """A `length` row three times the cap (a replay of another run's outputs, say), counts consistent."""
+    cap = json.loads((folder / KIMI_CONFIG / "run_info.json").read_text())["fields"]["sampling"]["max_new_tokens"]
+    filler = kimi_tokenizer.encode(" more", add_special_tokens=False)
+
+    def change(row):
+        if row["sample_id"] == 2:
+            assert row["finish_reason"] == "length" and row["think_end"] == -1
+            row["output_ids"] += filler * (3 * cap - len(row["output_ids"]))
+            row["completion_tokens"] = len(row["output_ids"])
+
+    code, report = corrupt(folder, tmp_path, change)
+    assert code == 1 and report["counts"] == {"over_max_new_tokens": 1}
+    assert report["details"]["over_max_new_tokens"] == f"sample 2: {3 * cap} output ids, the run's max_new_tokens is {cap}"

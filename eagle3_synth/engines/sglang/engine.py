@@ -89,7 +89,8 @@ class SGLangEngine(WindowedEngine):
         """The longest prompt the engine accepts with this max_new_tokens (None: unknown)."""
         return self.limits.max_prompt_tokens(max_new_tokens)
 
-    async def _attempt(self, request: GenerationRequest, sampling: dict[str, Any], attempt: int) -> GenerationResult:
+    async def _attempt(self, request: GenerationRequest, params: SamplingParams, sampling: dict[str, Any],
+                       attempt: int) -> GenerationResult:
         try:
             # Copies: SGLang may edit both in place (tokenizer_manager.py:1337-1366 truncates
             # `input_ids` with `del` and rewrites `sampling_params["max_new_tokens"]`), and the
@@ -108,11 +109,11 @@ class SGLangEngine(WindowedEngine):
             if isinstance(status, int) and is_transient_status(status):
                 raise TransientEngineError(message) from exc
             return abort_result(request, message)
-        return check_result(request, response, source=SOURCE, stop_token_ids=sampling["stop_token_ids"])
+        return check_result(request, response, SOURCE, params)
 
     async def _generate_one(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
         sampling = sglang_sampling_params(params, request.sample_id)
-        return await result_with_retries(request, lambda attempt: self._attempt(request, sampling, attempt), self.retry)
+        return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt), self.retry)
 
     def close(self) -> None:
         if self._closed:

@@ -186,7 +186,8 @@ class SGLangHTTPEngine(WindowedEngine):
                 last = chunk
         raise TransientEngineError(f"{url}: the stream ended before [DONE]")
 
-    async def _attempt(self, request: GenerationRequest, sampling: dict[str, Any], attempt: int) -> GenerationResult:
+    async def _attempt(self, request: GenerationRequest, params: SamplingParams, sampling: dict[str, Any],
+                       attempt: int) -> GenerationResult:
         url = self.urls.pick()
         rid = self._rids(request.sample_id, attempt)
         payload = {"input_ids": request.prompt_ids, "sampling_params": {**sampling, "stream_interval": STREAM_INTERVAL},
@@ -198,7 +199,7 @@ class SGLangHTTPEngine(WindowedEngine):
         if status == 200:
             if not isinstance(data, dict):
                 raise TransientEngineError(f"{url}: HTTP 200 with a body that is not a result: {error_text(data)}")
-            return check_result(request, data, source=url, stop_token_ids=sampling["stop_token_ids"])
+            return check_result(request, data, url, params)
         text = error_text(data)
         message = f"{url}: HTTP {status}: {text}"
         if status in MISCONFIGURED_STATUS:
@@ -214,7 +215,7 @@ class SGLangHTTPEngine(WindowedEngine):
     async def _generate_one(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
         sampling = sglang_sampling_params(params, request.sample_id)
         try:
-            return await result_with_retries(request, lambda attempt: self._attempt(request, sampling, attempt),
+            return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt),
                                              self.retry, fatal=(ConnectionFailure,))
         except ConnectionFailure as exc:
             raise EngineError(f"no SGLang server could be reached ({exc}). Results so far are journaled: "
