@@ -154,7 +154,15 @@ def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
 
 def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     """Journal a result for every prompt of the shard that has none yet (or only errors, with
-    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
+    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash.
+
+    Holds the shard's lock of the run directory throughout (`lock.py`): a second generator of the
+    same shard is refused, naming this one, before it loads anything."""
+    with RunDirectory(options.run_dir).lock(options.shard):
+        return _generate(spec, options, progress_stream=progress_stream)
+
+
+def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     started = time.monotonic()
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
     model = spec.model
