@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -70,8 +71,14 @@ def build_config(
         if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
             raise ConfigError(f"{config}: the run directory {settings.run_dir} holds no row to write; nothing written")
         files = install_config(folder, config, sources, settings.run_dir or builder.run_dir, num_rows,
-                               on_wait=lambda line: echo(f"{config}: {line}"))
+                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"))
     return num_rows, files
+
+
+def _say_now(echo: Callable[[str], None], line: str) -> None:
+    """A line about waiting, seen while it waits (a batch log's stdout is block-buffered)."""
+    echo(line)
+    sys.stdout.flush()
 
 
 def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
