@@ -126,8 +126,9 @@ def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
 
 
 def _replace_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a temporary file of this process beside it, then a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write `path` whole or not at all: a temporary file beside it, then a rename. Callers hold the
+    folder's lock, so the name is fixed: a killed writer's temporary file is overwritten, not left."""
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 

@@ -22,6 +22,10 @@ both; run one again), never neither. The lock is released on every way out that 
   checked from here: the lock is never taken over automatically; the error names the file to
   remove once you have checked that the process is gone (a lost node, a restarted container).
 
+Assembly takes no lock: `build` without a model lists the live locks (`RunDirectory.generators`) and
+refuses a run still being generated, or with `--partial` builds from what is journaled so far (the
+journal is append-only, so that is a consistent earlier state) and says so (builders/folder_build.py).
+
 What "exclusive" means on each store is in `lock_stores.py`: exclusive on local disks (and NFS)
 and on S3/GCS through s3fs/gcsfs >= 2024.12; best effort on other fsspec stores.
 """
