@@ -11,6 +11,11 @@ Shard names carry a fingerprint of the build's bytes (`train-<fp8>-00000-of-0000
 and installed by `dataset.parquet`, the package's one Parquet writer) and the README's `data_files`
 name it: datasets caches a local folder under a hash of its README's configs, not of the files'
 contents, so a rebuilt folder changes that hash and loads its own rows.
+
+Builds of several configs into one folder run at once (one command per config): each installs its
+config and rewrites README.md, run_info.json and the config's folder under the folder's lock
+(`folder_lock.py`), and README.md is rendered inside it from the files then on disk, so the
+last build to write it lists every config installed before -- none is lost to a race.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,8 +36,10 @@ from huggingface_hub import DatasetCardData
 
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.contract.row import FEATURES
-from eagle3_synth.dataset.parquet import SHARD_NAME, parquet_rows
+from eagle3_synth.dataset.folder_lock import folder_lock
+from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_rows
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
+from eagle3_synth.run.kill_points import kill_point
 
 CARD_TEMPLATE = resources.files("eagle3_synth.dataset") / "dataset_card.md"
 DEFAULT_CONFIG = "B1_glaive"
@@ -113,10 +120,30 @@ def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
     }
     info["display"] = {"model": display_name(meta.get("model")), "tokenizer": display_name(meta.get("tokenizer"))}
     path = Path(folder) / config / RUN_INFO_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with folder_lock(folder):
+        _replace_text(path, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return path
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a temporary file beside it, then a rename. Callers hold the
+    folder's lock, so the name is fixed: a killed writer's temporary file is overwritten, not left."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def install_config(folder: Path, config: str, sources: Sequence[str], run_dir: str | Path, num_rows: int,
+                   on_wait: Callable[[str], None] | None = None) -> list[Path]:
+    """Install a build's Parquet files as `<folder>/<config>/` (swapped in whole, `install_shards`),
+    copy its run's provenance and rewrite README.md, all under the folder's lock (`on_wait` hears
+    whom it waits for): parallel builds into one folder take turns and every config stays listed."""
+    with folder_lock(folder, on_wait):
+        files = install_shards(sources, folder, config)
+        kill_point("assemble.installed")
+        write_run_info(folder, config, run_dir)
+        write_readme(folder, {config: num_rows})
+    return files
 
 
 def run_info_path(folder: Path, config: str) -> Path | None:
@@ -322,8 +349,15 @@ def folder_stats(folder: Path, configs: Sequence[str]) -> list[Any]:
 
 
 def write_readme(folder: Path, num_rows: Mapping[str, int] | None = None) -> Path:
-    """(Re)write README.md for every built config; `num_rows` are counts already known (else footers)."""
-    folder = Path(folder)
+    """(Re)write README.md for every built config; `num_rows` are counts already known (else footers).
+
+    Under the folder's lock, reading the configs on disk inside it: a build of another config
+    installs under the same lock, so it is either seen here or rewrites README.md after."""
+    with folder_lock(folder):
+        return _write_readme(Path(folder), num_rows)
+
+
+def _write_readme(folder: Path, num_rows: Mapping[str, int] | None) -> Path:
     configs = built_configs(folder)
     known = num_rows or {}
     rows = {c: known[c] if c in known else parquet_rows(config_files(folder, c)) for c in configs}
@@ -337,7 +371,6 @@ def write_readme(folder: Path, num_rows: Mapping[str, int] | None = None) -> Pat
         data_files={c: config_data_files(c, shard_fingerprint(folder, c)) for c in configs},
     )
     path = folder / "README.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    kill_point("readme.rendered")
+    _replace_text(path, text)
     return path

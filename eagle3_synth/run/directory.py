@@ -6,6 +6,7 @@ A run directory is any fsspec URL (a local path by default, `s3://bucket/run`, `
   prompts.jsonl                   prepared prompts, one per line: sample_id, source_id, prompt_ids, ...
   rejects.jsonl                   prompts that could not be prepared, with the reason
   journal/<session>-<seg>.jsonl   engine results: one header line, then one JSON object per result
+  .shard-<I>-of-<N>.lock          while shard I of N generates: who (host, pid, since); see lock.py
 
 Every process that generates ("session": UTC start, host, pid, random tag) writes its own journal
 files and never touches anyone else's, and no file is ever rewritten. That is what makes the same
@@ -52,6 +53,8 @@ from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.run.fingerprint import _differences, fingerprint
 from eagle3_synth.run.journal import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS, JOURNAL_DIR, JOURNAL_FORMAT, JournalIndex, JournalWriter, new_session_id, scan_journal
 from eagle3_synth.run.kill_points import kill_point
+from eagle3_synth.run.lock import Holder, ShardLock, shard_locks
+from eagle3_synth.run.lock_stores import FsspecStore, LocalStore
 from eagle3_synth.run.shards import Shard
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,22 @@ class RunDirectory:
 
     def _path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
+
+    # -- locks ---------------------------------------------------------------------------------
+    def _lock_store(self) -> LocalStore | FsspecStore:
+        return LocalStore() if self.on_local_disk else FsspecStore(self.fs)
+
+    def lock(self, shard: Shard = Shard()) -> ShardLock:
+        """The lock a generator of `shard` holds (`with run.lock(shard): ...`): a second generator of
+        the same (or an overlapping) shard is refused naming the holder (`lock.py`)."""
+        if not self.on_local_disk:
+            self.fs.makedirs(self.root, exist_ok=True)
+        return ShardLock(self._lock_store(), self.root, self.url, shard)
+
+    def generators(self) -> list[tuple[Shard, Holder, str]]:
+        """The shards being generated now, as their locks say: (shard, holder, state), state "alive"
+        or "unknown" (a holder on another host, which this one cannot check)."""
+        return shard_locks(self._lock_store(), self.root)
 
     def _read_json(self, name: str) -> dict[str, Any]:
         """A JSON file of the run; a damaged one (a torn copy, an edit) is a one-line ConfigError naming it."""

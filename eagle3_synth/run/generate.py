@@ -257,7 +257,17 @@ def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
 
 def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     """Journal a result for every prompt of the shard that has none yet (or only errors, with
-    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash."""
+    `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash.
+
+    Holds the shard's lock of the run directory throughout (`lock.py`): a second generator of the
+    same shard is refused, naming this one, before it loads anything. The checks that need no model
+    run first, so a bad path is named as such rather than as a lock that could not be taken."""
+    check_before_loading(spec, options)
+    with RunDirectory(options.run_dir).lock(options.shard):
+        return _generate(spec, options, progress_stream=progress_stream)
+
+
+def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     started = time.monotonic()
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
     run = RunDirectory(options.run_dir)
