@@ -25,6 +25,7 @@ from eagle3_synth.engines.base import check_sampling
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config, load_config_file, sample_prompts_path
 from eagle3_synth.prompts.prepare import model_context_length
+from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix
@@ -197,8 +198,8 @@ class GenerationSettings:
             # Loud on purpose: forgetting --from-source on a GPU node would otherwise look like success.
             log.warning("%s: no --from-source, --source-file or --prompts given: using the config's few bundled "
                         "sample prompts (%s), which is a demo, not a real run", config.name, prompts_file)
-        if prompts_file is not None and not Path(prompts_file).is_file():
-            raise ConfigError(f"--prompts {prompts_file}: no such file")
+        if prompts_file is not None:
+            readable_file(prompts_file, "--prompts")
         return RunSpec(
             prompts=PromptPlan(config=config, prompts_file=prompts_file, selection=selection, limit=self.limit),
             model=ModelSpec(
