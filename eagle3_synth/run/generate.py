@@ -22,6 +22,7 @@ from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
 from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
+from eagle3_synth.prompts.template_kwargs import check_run_kwargs
 from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
 from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory
@@ -164,6 +165,8 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
     log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
     run = RunDirectory(options.run_dir)
+    check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs, spec.conversations.template_kwarg_mix,
+                     unchecked=options.template_kwarg_unchecked)
     chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
                          template_date=model.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:

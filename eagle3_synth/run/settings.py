@@ -63,6 +63,8 @@ class GenerationSettings:
     template_date: str | None = ModelSpec.template_date
     # Chat-template kwargs, e.g. {"thinking": True} (over the config's own).
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Take template kwargs the chat template does not visibly read (it reads them indirectly).
+    template_kwarg_unchecked: bool = RunOptions.template_kwarg_unchecked
     # Whether the tokenizer's/model's own code may run (Kimi needs it); never a default.
     trust_remote_code: bool = ModelSpec.trust_remote_code
     # -- prompts (default: the config's bundled sample prompts) --
@@ -246,6 +248,7 @@ class GenerationSettings:
             retry_errors=self.retry_errors,
             strict=self.strict,
             workers=self.workers,
+            template_kwarg_unchecked=self.template_kwarg_unchecked,
         )
 
     def resolve(self, config_name: str, run_dir: str | None = None) -> tuple[RunSpec, RunOptions]:
