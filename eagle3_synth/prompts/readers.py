@@ -15,6 +15,7 @@ cannot be opened at all is a ConfigError (`readable_file`), raised before anythi
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
@@ -32,8 +33,20 @@ FILE_FORMATS = (".json", ".jsonl", ".ndjson", ".parquet")
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
 # Bytes looked at for a NUL, the sign of a binary (or UTF-16) file, as git and grep decide it.
 _SNIFF_BYTES = 8192
-# A JSON array is decoded with errors="surrogateescape": an undecodable byte becomes one of these.
+# A JSON array is decoded with errors=_ESCAPE: an undecodable byte becomes one of these surrogates
+# (as with "surrogateescape"), and is counted, so that elements are searched for them only in a
+# file that had one (the search would double the time of reading a large array).
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_ESCAPE = "eagle3_synth.readers.escape"
+_escaped_bytes = [0]
+
+
+def _escape(exc: UnicodeError) -> tuple[str, int]:
+    _escaped_bytes[0] += 1
+    return codecs.lookup_error("surrogateescape")(exc)
+
+
+codecs.register_error(_ESCAPE, _escape)
 
 
 @dataclass(frozen=True)
@@ -134,7 +147,8 @@ def iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[SourceRec
     """
     unit = os.path.basename(path)
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+    escaped_before = _escaped_bytes[0]
+    with open(path, encoding="utf-8", errors=_ESCAPE) as handle:
         # The buffer holds the file from character `consumed`, on line `lines + 1`, which starts at `line_start`.
         buffer, position, consumed, lines, line_start, eof = "", 0, 0, 0, 0, False
 
@@ -206,7 +220,7 @@ def iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[SourceRec
                 if number and (end == len(buffer) or buffer[end] in _NUMBER_CHARS) and fill():
                     continue  # a number cut by the buffer's edge ("-2." of "-2.5e3") goes on
                 break
-            escaped = _ESCAPED_BYTE.search(buffer, position, end)
+            escaped = _escaped_bytes[0] != escaped_before and _ESCAPED_BYTE.search(buffer, position, end)
             if escaped:
                 byte = ord(escaped.group()) - 0xDC00
                 yield SourceRecord(unit, row, None, f"not UTF-8 text (byte 0x{byte:02x} at {at(escaped.start())})")
