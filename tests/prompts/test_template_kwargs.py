@@ -11,7 +11,7 @@ import pytest
 from eagle3_synth.cli import main
 from eagle3_synth.contract.profiles import PROFILES
 from eagle3_synth.errors import ConfigError, PromptError
-from eagle3_synth.prompts.configs import ConfigSpec, get_config
+from eagle3_synth.prompts.configs import CONFIGS, ConfigSpec, get_config
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs, kwarg_problems, run_kwarg_problems, template_names
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
@@ -159,7 +159,8 @@ def test_a_build_with_a_bad_kwarg_fails_before_the_engine_loads(tmp_path, capsys
     assert "Traceback" not in text and not (out / ".runs").exists()
 
 
-def test_a_config_files_kwargs_and_a_mix_are_checked_too(tmp_path, capsys):
+def test_a_config_files_kwargs_and_a_mix_are_checked_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(CONFIGS, "mine", CONFIG)  # so that the file's "mine" is taken out of the registry after
     configs = tmp_path / "configs.yaml"
     configs.write_text("mine:\n  adapter: messages\n  template_kwargs: {thinking: maybe}\n", encoding="utf-8")
     prompts = tmp_path / "prompts.jsonl"
