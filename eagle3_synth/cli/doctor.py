@@ -1,8 +1,9 @@
 """`eagle3-synth doctor --model PATH [--template-kwarg K=V ...]`: check a model before a long run.
 
 Reads only the model's tokenizer and chat template (no engine, no GPU) and prints the family chosen
-and why, every marker with its ids, what the generation prompt ends with (and which kwargs switch
-thinking), whether tools are rendered, the message form the template takes, the context length,
+and why, every marker with its ids, the kwargs the template reads (a --template-kwarg it does not
+read, a reserved one or a value the profile does not take is a problem), what the generation prompt
+ends with (and which kwargs switch thinking), whether tools are rendered, the message form the template takes, the context length,
 and one bundled sample prompt per config templated and decoded. Exit status 1 when a run would
 produce lossy or wrong data, with each problem named.
 """
@@ -27,7 +28,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"marker profile: auto (default), {', '.join(PROFILES)}, or one from --profile-file")
     parser.add_argument("--profile-file", metavar="YAML", help="model families of your own (profiles.yaml schema)")
     parser.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=VALUE",
-                        help="chat-template kwarg the run will pass, e.g. thinking=true (repeatable)")
+                        help="chat-template kwarg the run will pass, e.g. thinking=true (repeatable): a name the "
+                        "template does not read, a reserved one or a value the profile does not take is a problem")
+    parser.add_argument("--template-kwarg-unchecked", action="store_true",
+                        help="as for build: do not check that the template reads each --template-kwarg name")
     parser.add_argument("--template-date", type=check_template_date, metavar="YYYY-MM-DD",
                         help="date a date-writing template (gpt-oss) renders (default: today)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code (Kimi)")
@@ -47,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                                option="--tokenizer" if args.tokenizer else "--model")
     report = diagnose(tokenizer, model_path=args.model, profile_name=args.profile, profile_file=args.profile_file,
                       template_kwargs=dict(parse_key_value(item, "--template-kwarg") for item in args.template_kwarg),
-                      template_date=args.template_date, configs=configs, full=args.full)
+                      template_date=args.template_date, configs=configs, full=args.full,
+                      template_kwarg_unchecked=args.template_kwarg_unchecked)
     for line in report.lines():
         print(line)
     return 1 if report.problems else 0

@@ -51,7 +51,11 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                        help="date a date-writing template (gpt-oss) renders as today (default: the run's recorded "
                        "date, else today)")
     model.add_argument("--template-kwarg", action="append", default=[], metavar="KEY=VALUE",
-                       help="chat-template kwarg, e.g. thinking=true or enable_thinking=false (repeatable)")
+                       help="chat-template kwarg, e.g. thinking=true or enable_thinking=false (repeatable); "
+                       "checked against the names the template reads and the values the profile lists")
+    model.add_argument("--template-kwarg-unchecked", action="store_true",
+                       help="take --template-kwarg names the chat template does not visibly read (a template or "
+                       "tokenizer code that reads them indirectly); reserved names and values are still checked")
     model.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer/model's own code (Kimi needs it)")
     prompts = parser.add_argument_group("prompts (default: the config's bundled sample prompts)")
     prompts.add_argument("--config-file", metavar="YAML", help="define your own configs (name -> source, adapter, "
@@ -211,6 +215,7 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         profile_file=args.profile_file,
         template_date=args.template_date,
         template_kwargs=dict(parse_key_value(item, "--template-kwarg") for item in args.template_kwarg),
+        template_kwarg_unchecked=args.template_kwarg_unchecked,
         trust_remote_code=args.trust_remote_code,
         config_file=args.config_file,
         prompts=args.prompts,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.errors import PromptError
+from eagle3_synth.prompts.readers import iter_text_lines
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -75,20 +76,23 @@ def validate_conversation(obj: Any, where: str) -> Conversation:
 def read_prompts_jsonl(path: str | Path) -> Iterator[tuple[int, Conversation | PromptError]]:
     """Yield `(sample_id, conversation)` per line, or `(sample_id, PromptError)` for a bad line.
 
-    Errors are yielded, not raised, so that the caller decides between skipping and `--strict`.
+    Errors are yielded, not raised, so that the caller decides between skipping and `--strict`:
+    a line that is not UTF-8 or not JSON, and a binary file (one error, at its first line), too.
     """
-    with open(path, encoding="utf-8") as handle:
-        for line_index, line in enumerate(handle):
-            where = f"{path}:{line_index + 1} (sample_id {line_index})"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield line_index, PromptError(f"{where}: not valid JSON ({exc.msg})")
-                continue
-            try:
-                yield line_index, validate_conversation(obj, where)
-            except PromptError as exc:
-                yield line_index, exc
+    for line_index, line, error in iter_text_lines(str(path), "--prompts"):
+        where = f"{path}:{line_index + 1} (sample_id {line_index})"
+        if error is not None:
+            yield line_index, PromptError(f"{where}: {error}")
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield line_index, PromptError(f"{where}: not valid JSON ({exc.msg})")
+            continue
+        try:
+            yield line_index, validate_conversation(obj, where)
+        except PromptError as exc:
+            yield line_index, exc
 
 
 # -- building conversations from source records ------------------------------------------------

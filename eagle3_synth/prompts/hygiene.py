@@ -2,7 +2,10 @@
 
 Each reject is counted by reason, logged, and written to `rejects.jsonl` with its `sample_id`,
 source id, reason and detail; `--strict` makes the first one fatal:
-- `unparseable`: the record (or prompts line) cannot be read or converted;
+- `unparseable`: the record (or prompts line) cannot be read or converted: not UTF-8, a binary
+  file, a JSON array cut before it, a Parquet row lacking the adapter's columns, a string with a
+  lone surrogate (`"\\ud800"` is valid JSON; the tokenizer, Arrow and every UTF-8 writer refuse it)
+  or a value that is not JSON (a Parquet `bytes` or timestamp column) anywhere in the conversation;
 - `control_token`: message text contains one of the tokenizer's control tokens (`<|im_end|>`,
   `<think>`...), which templating would turn into the real control token;
 - `tools_not_rendered`: the conversation has tools, but the chat template does not render `tools`
@@ -50,6 +53,45 @@ def control_tokens(tokenizer: Any) -> list[str]:
     return sorted((t for t in tokens if t.strip()), key=len, reverse=True)
 
 
+def unwritable(value: Any, where: str) -> str | None:
+    """Where in `value` (JSON-like, walked depth first) a string holds a lone surrogate or a value is
+    not JSON, said for people; None when every string is valid Unicode and every value is JSON.
+
+    A lone surrogate crashes what comes after templating, not templating itself: the tokenizers'
+    batch encode raises TypeError ("TextEncodeInput must be Union[...]", from
+    `TokenizersBackend._encode_plus`), and `pyarrow.array` and a UTF-8 file's `write` raise
+    UnicodeEncodeError ("surrogates not allowed") -- for the prompts and rejects files and the rows.
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (f"{where} has a lone surrogate U+{ord(value[exc.start]):04X} at character {exc.start} "
+                    "(not valid Unicode: a \\ud800-style escape without its pair)")
+        return None
+    if value is None or isinstance(value, (bool, int, float)):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has a key that is a {type(key).__name__}, not a string"
+            found = unwritable(key, f"a key of {where}") or unwritable(item, f"{where}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((found for i, item in enumerate(value) if (found := unwritable(item, f"{where}[{i}]"))), None)
+    return f"{where} is a {type(value).__name__}, not a JSON value"
+
+
+def conversation_problem(conversation: Conversation) -> str | None:
+    """`unwritable` over everything of a conversation that is templated or written."""
+    return (unwritable(conversation.source_id, "the source id") or unwritable(conversation.messages, "messages")
+            or unwritable(conversation.tools, "tools") or unwritable(conversation.script, "the conversation"))
+
+
 def rendered_texts(conversation: Conversation) -> Iterator[tuple[str, str]]:
     """(where, text) of every string a template renders from the conversation."""
     for i, message in enumerate(conversation.messages):
@@ -83,6 +125,9 @@ class PromptChecks:
         if isinstance(candidate.item, PromptError):
             raise Reject("unparseable", str(candidate.item))
         conversation = candidate.item
+        problem = conversation_problem(conversation)
+        if problem:
+            raise Reject("unparseable", problem)
         if conversation.tools and not self.chat.form.tools_visible:
             raise Reject("tools_not_rendered", f"the chat template does not render tools and this model family "
                          f"documents no system-prompt tool description: the model would not see its "

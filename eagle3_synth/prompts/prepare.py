@@ -96,6 +96,16 @@ def max_prompt_tokens(context_length: int | None, max_new_tokens: int) -> int | 
     return context_length - max_new_tokens
 
 
+def writable(text: str) -> str:
+    """`text` with any lone surrogate as its `\\udXXX` escape: a reject's source id or detail may
+    carry one from the record (or a file name from the command line), and rejects.jsonl is UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 Checked = list[tuple[Candidate, "Conversation | Reject"]]
 
 
@@ -161,12 +171,12 @@ def iter_prepared_prompts(
                 prompt = checks.accept(candidate, item, ids)
             except Reject as reject:
                 detail = str(reject)
-                message = detail if detail.startswith(candidate.where) else f"{candidate.where}: {detail}"
+                message = writable(detail if detail.startswith(candidate.where) else f"{candidate.where}: {detail}")
                 if preparation.strict:
                     raise PromptError(f"{message} (--strict stops at the first rejected prompt)") from None
                 if len(rejects) < LOGGED_REJECTS:
                     log.warning("skipping prompt (%s): %s", reject.reason, message)
-                rejects.append({"sample_id": candidate.sample_id, "source_id": candidate.source_id,
+                rejects.append({"sample_id": candidate.sample_id, "source_id": writable(candidate.source_id),
                                 "reason": reject.reason, "detail": message})
                 continue
             kept += 1

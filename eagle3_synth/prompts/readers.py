@@ -5,13 +5,21 @@ dataset's configs in registry order, each in its stored order -- because the see
 `eagle3_synth.prompts.prepare` keys records by their position in that order. Memory stays flat in the
 size of the source: JSON Lines and Parquet are read incrementally, and a JSON array (Glaive's and
 ShareGPT's files are single arrays of 300-500 MB) is decoded one element at a time.
+
+A record that cannot be read is yielded with its `error` (it becomes an `unparseable` reject naming
+`file:line` or `file#row`), never raised: a line that is not UTF-8, a binary file (one record at its
+first line: nothing in it can be read), a JSON array cut or broken mid-way (its elements before the
+cut are kept), a Parquet file that breaks mid-way (its rows before are kept). Only a file that
+cannot be opened at all is a ConfigError (`readable_file`), raised before anything is generated.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +31,22 @@ log = logging.getLogger(__name__)
 
 FILE_FORMATS = (".json", ".jsonl", ".ndjson", ".parquet")
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
+# Bytes looked at for a NUL, the sign of a binary (or UTF-16) file, as git and grep decide it.
+_SNIFF_BYTES = 8192
+# A JSON array is decoded with errors=_ESCAPE: an undecodable byte becomes one of these surrogates
+# (as with "surrogateescape"), and is counted, so that elements are searched for them only in a
+# file that had one (the search would double the time of reading a large array).
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_ESCAPE = "eagle3_synth.readers.escape"
+_escaped_bytes = [0]
+
+
+def _escape(exc: UnicodeError) -> tuple[str, int]:
+    _escaped_bytes[0] += 1
+    return codecs.lookup_error("surrogateescape")(exc)
+
+
+codecs.register_error(_ESCAPE, _escape)
 
 
 @dataclass(frozen=True)
@@ -42,6 +66,23 @@ class SourceRecord:
 
 # -- local files -----------------------------------------------------------------------------------
 
+def readable_file(path: str, option: str) -> None:
+    """A one-line ConfigError naming `option` and `path` unless `path` is a file this process can read
+    (missing, a directory, no permission): checked before anything is generated."""
+    where = Path(path)
+    if where.is_dir():
+        raise ConfigError(f"{option} {path}: is a directory, not a file")
+    if not where.exists():
+        raise ConfigError(f"{option} {path}: no such file")
+    if not where.is_file():
+        raise ConfigError(f"{option} {path}: not a regular file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot be read ({exc.strerror or exc})") from None
+
+
 def file_format(path: str) -> str:
     """`jsonl`, `json-array` or `parquet`, from the extension (`.json` holding lines is `jsonl`)."""
     suffix = Path(path).suffix.lower()
@@ -51,20 +92,45 @@ def file_format(path: str) -> str:
     if suffix == ".parquet":
         return "parquet"
     if suffix == ".json":
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:  # bytes: a binary file must reach its reader, which rejects it
             while True:
-                char = handle.read(1)
-                if not char or not char.isspace():
-                    return "json-array" if char == "[" else "jsonl"
+                byte = handle.read(1)
+                if not byte or not byte.isspace():
+                    return "json-array" if byte == b"[" else "jsonl"
     return "jsonl"
+
+
+def _file_problem(path: str, what: str, where: str = "", option: str = "--source-file") -> str:
+    """A problem that ends the reading of a file (`where` in it), logged as well: its reject alone
+    would be seen only if the record were selected."""
+    log.warning("%s %s%s: %s", option, path, f" {where}" if where else "", what)
+    return what
+
+
+def iter_text_lines(path: str, option: str = "--source-file") -> Iterator[tuple[int, str | None, str | None]]:
+    """`(line index, text, None)` per line of a UTF-8 file, or `(line index, None, why)` for a line
+    that is not UTF-8. A binary file (a NUL byte in its first 8 KiB) is one `(0, None, why)`."""
+    with open(path, "rb") as handle:
+        nul = handle.read(_SNIFF_BYTES).find(b"\0")
+        if nul >= 0:
+            yield 0, None, _file_problem(path, f"not text: a NUL byte at offset {nul} (a binary or UTF-16 file); "
+                                               "nothing in it can be read", option=option)
+            return
+        handle.seek(0)
+        for row, raw in enumerate(handle):
+            try:
+                yield row, raw.decode("utf-8"), None
+            except UnicodeDecodeError as exc:
+                yield row, None, (f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line: "
+                                  f"{exc.reason})")
 
 
 def iter_jsonl(path: str) -> Iterator[SourceRecord]:
     unit = os.path.basename(path)
-    with open(path, encoding="utf-8") as handle:
-        for row, line in enumerate(handle):
-            if not line.strip():
-                continue
+    for row, line, error in iter_text_lines(path):
+        if error is not None:
+            yield SourceRecord(unit, row, None, error)
+        elif line.strip():
             try:
                 yield SourceRecord(unit, row, json.loads(line))
             except json.JSONDecodeError as exc:
@@ -74,23 +140,33 @@ def iter_jsonl(path: str) -> Iterator[SourceRecord]:
 def iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[SourceRecord]:
     """Elements of a top-level JSON array, decoded one at a time from a sliding buffer.
 
-    A syntax error inside an array leaves no way to find the next element, so it stops the read
-    with a ConfigError naming the element and its character offset.
+    A syntax error inside an array (a file cut mid-way, most often) leaves no way to find the next
+    element: the elements before it are yielded, then one error record naming the element, its
+    line and character, and the reading of this file stops. An element holding bytes that are not
+    UTF-8 is an error record of its own, and the reading goes on after it.
     """
     unit = os.path.basename(path)
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8") as handle:
-        buffer, position, consumed, eof = "", 0, 0, False
+    escaped_before = _escaped_bytes[0]
+    with open(path, encoding="utf-8", errors=_ESCAPE) as handle:
+        # The buffer holds the file from character `consumed`, on line `lines + 1`, which starts at `line_start`.
+        buffer, position, consumed, lines, line_start, eof = "", 0, 0, 0, 0, False
 
         def fill() -> bool:
-            nonlocal buffer, position, consumed, eof
+            nonlocal buffer, position, consumed, lines, line_start, eof
             if eof:
                 return False
             chunk = handle.read(max(chunk_chars, len(buffer) - position))
-            eof = not chunk
+            if not chunk:  # the buffer stays as it is, so positions in it stay valid
+                eof = True
+                return False
+            newline = buffer.rfind("\n", 0, position)
+            if newline >= 0:
+                lines += buffer.count("\n", 0, position)
+                line_start = consumed + newline + 1
             consumed += position
             buffer, position = buffer[position:] + chunk, 0
-            return bool(chunk)
+            return True
 
         def skip_space() -> str:
             nonlocal position
@@ -100,12 +176,21 @@ def iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[SourceRec
                 if position < len(buffer) or not fill():
                     return buffer[position] if position < len(buffer) else ""
 
-        def fail(row: int, what: str) -> ConfigError:
-            return ConfigError(f"--source-file {path}: element {row} (character {consumed + position}): {what}; "
-                               "a JSON array cannot be read past a syntax error")
+        def at(index: int) -> str:
+            """Where `buffer[index]` is in the file, as json.JSONDecodeError says it (column 1-based)."""
+            newline = buffer.rfind("\n", 0, index)
+            start = consumed + newline + 1 if newline >= 0 else line_start
+            line = lines + buffer.count("\n", 0, index) + 1
+            return f"line {line} column {consumed + index - start + 1} (char {consumed + index})"
+
+        def cut(row: int, what: str) -> SourceRecord:
+            return SourceRecord(unit, row, None, _file_problem(
+                path, f"{what}; the elements after it cannot be read (a JSON array cannot be read past a "
+                      "syntax error: is the file cut?)", f"element {row}"))
 
         if skip_space() != "[":
-            raise fail(0, "not a JSON array")
+            yield cut(0, f"not a JSON array (no '[' at {at(position)})")
+            return
         position += 1
         row = 0
         while True:
@@ -113,37 +198,55 @@ def iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[SourceRec
             if char == "]":
                 return
             if not char:
-                raise fail(row, "file ends inside the array")
+                yield cut(row, f"the file ends inside the array at {at(position)}")
+                return
             if row:
                 if char != ",":
-                    raise fail(row, f"expected ',' or ']', found {char!r}")
+                    yield cut(row, f"expected ',' or ']' at {at(position)}, found {char!r}")
+                    return
                 position += 1
-                skip_space()
+                if not skip_space():
+                    yield cut(row, f"the file ends inside the array at {at(position)}")
+                    return
             while True:
                 try:
                     element, end = decoder.raw_decode(buffer, position)
                 except json.JSONDecodeError as exc:
                     if fill():
                         continue
-                    raise fail(row, exc.msg) from None
+                    yield cut(row, f"not valid JSON ({exc.msg}: {at(exc.pos)})")
+                    return
                 number = isinstance(element, (int, float)) and not isinstance(element, bool)
                 if number and (end == len(buffer) or buffer[end] in _NUMBER_CHARS) and fill():
                     continue  # a number cut by the buffer's edge ("-2." of "-2.5e3") goes on
                 break
-            yield SourceRecord(unit, row, element)
+            escaped = _escaped_bytes[0] != escaped_before and _ESCAPED_BYTE.search(buffer, position, end)
+            if escaped:
+                byte = ord(escaped.group()) - 0xDC00
+                yield SourceRecord(unit, row, None, f"not UTF-8 text (byte 0x{byte:02x} at {at(escaped.start())})")
+            else:
+                yield SourceRecord(unit, row, element)
             position = end
             row += 1
 
 
 def iter_parquet(path: str, batch_rows: int = 1024) -> Iterator[SourceRecord]:
+    """Rows of a Parquet file; a file that is not Parquet, or breaks mid-way, ends in one error
+    record at the row it reached (the rows before are kept)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     unit = os.path.basename(path)
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
-        for record in batch.to_pylist():
-            yield SourceRecord(unit, row, record)
-            row += 1
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+            for record in batch.to_pylist():
+                yield SourceRecord(unit, row, record)
+                row += 1
+    except (pa.ArrowException, OSError) as exc:
+        yield SourceRecord(unit, row, None, _file_problem(
+            path, f"not readable as Parquet ({type(exc).__name__}: {exc}); the rows after it cannot be read",
+            f"row {row}"))
 
 
 READERS = {"jsonl": iter_jsonl, "json-array": iter_json_array, "parquet": iter_parquet}
@@ -152,8 +255,7 @@ READERS = {"jsonl": iter_jsonl, "json-array": iter_json_array, "parquet": iter_p
 def iter_source_files(paths: Iterable[str]) -> Iterator[SourceRecord]:
     """Records of local files in the source's own schema, file after file."""
     for path in paths:
-        if not Path(path).is_file():
-            raise ConfigError(f"--source-file {path}: no such file")
+        readable_file(path, "--source-file")
         yield from READERS[file_format(path)](path)
 
 

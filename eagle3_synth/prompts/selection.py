@@ -36,7 +36,7 @@ from eagle3_synth.errors import ConfigError, PromptError
 from eagle3_synth.prompts.adapters import get_adapter
 from eagle3_synth.prompts.configs import ConfigSpec
 from eagle3_synth.prompts.conversation import Conversation, check_messages, read_prompts_jsonl
-from eagle3_synth.prompts.readers import SourceRecord, iter_dataset, iter_source_files
+from eagle3_synth.prompts.readers import SourceRecord, iter_dataset, iter_source_files, readable_file
 from eagle3_synth.prompts.turns import opening
 
 
@@ -96,8 +96,7 @@ class PromptPlan:
         selection = self.selection
         identity: dict[str, Any] = {"config": self.config.name, "cap": self.cap}
         if not selection.reads_source:
-            if not Path(self.prompts_file).is_file():
-                raise ConfigError(f"--prompts {self.prompts_file}: no such file")
+            readable_file(self.prompts_file, "--prompts")
             return {"file": file_digest(Path(self.prompts_file)), **identity}
         spec = self.config
         adapter = get_adapter(spec.adapter)
@@ -105,8 +104,7 @@ class PromptPlan:
                         scan_limit=selection.scan_limit)
         if selection.source_files:
             for path in selection.source_files:
-                if not Path(path).is_file():
-                    raise ConfigError(f"--source-file {path}: no such file")
+                readable_file(path, "--source-file")
             identity["source_files"] = [[Path(p).name, file_digest(Path(p))] for p in selection.source_files]
         else:
             if not spec.source:

@@ -26,6 +26,7 @@ from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.vocabulary import Vocabulary, check_model_and_tokenizer
+from eagle3_synth.prompts.template_kwargs import check_run_kwargs
 from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
 from eagle3_synth.engines.replay import check_replay_file
 from eagle3_synth.errors import PromptError
@@ -191,6 +192,8 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup
     params = _sampling_params(spec.sampling, markers, vocab.size)
     if model.replay_file:  # every record checked before the run directory is claimed
         check_replay_file(model.replay_file, params)
+    check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs, spec.conversations.template_kwarg_mix,
+                     unchecked=options.template_kwarg_unchecked)
     chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
                          template_date=model.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:

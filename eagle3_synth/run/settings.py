@@ -25,6 +25,7 @@ from eagle3_synth.engines.base import check_sampling
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config, load_config_file, sample_prompts_path
 from eagle3_synth.prompts.prepare import model_context_length
+from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix
@@ -62,6 +63,8 @@ class GenerationSettings:
     template_date: str | None = ModelSpec.template_date
     # Chat-template kwargs, e.g. {"thinking": True} (over the config's own).
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Take template kwargs the chat template does not visibly read (it reads them indirectly).
+    template_kwarg_unchecked: bool = RunOptions.template_kwarg_unchecked
     # Whether the tokenizer's/model's own code may run (Kimi needs it); never a default.
     trust_remote_code: bool = ModelSpec.trust_remote_code
     # -- prompts (default: the config's bundled sample prompts) --
@@ -197,8 +200,8 @@ class GenerationSettings:
             # Loud on purpose: forgetting --from-source on a GPU node would otherwise look like success.
             log.warning("%s: no --from-source, --source-file or --prompts given: using the config's few bundled "
                         "sample prompts (%s), which is a demo, not a real run", config.name, prompts_file)
-        if prompts_file is not None and not Path(prompts_file).is_file():
-            raise ConfigError(f"--prompts {prompts_file}: no such file")
+        if prompts_file is not None:
+            readable_file(prompts_file, "--prompts")
         return RunSpec(
             prompts=PromptPlan(config=config, prompts_file=prompts_file, selection=selection, limit=self.limit),
             model=ModelSpec(
@@ -245,6 +248,7 @@ class GenerationSettings:
             retry_errors=self.retry_errors,
             strict=self.strict,
             workers=self.workers,
+            template_kwarg_unchecked=self.template_kwarg_unchecked,
         )
 
     def resolve(self, config_name: str, run_dir: str | None = None) -> tuple[RunSpec, RunOptions]:

@@ -176,3 +176,6 @@ class RunOptions:
     strict: bool = False
     # Processes that template prompts (prompts.templaters.make_templater): 1, N or None (automatic).
     workers: int | None = None
+    # Skip the check that the chat template reads each template kwarg's name (`prompts/template_kwargs.py`),
+    # for a template that reads one indirectly; reserved names and values are still checked.
+    template_kwarg_unchecked: bool = False

@@ -1,7 +1,10 @@
 """`doctor`: the preflight a user runs before a multi-day job, on the model's own tokenizer and template.
 
 It answers, from the tokenizer and chat template alone (no engine, no GPU): which family the
-markers come from and why; every marker with its ids; what the generation prompt ends with and
+markers come from and why; every marker with its ids; the kwargs the template reads, and whether
+each `--template-kwarg` given is one of them with a value the profile takes
+(`prompts/template_kwargs.py`: a refused kwarg is a problem, and the rest of the report is made
+without it); what the generation prompt ends with and
 whether it opens reasoning, for each template kwarg that switches thinking; whether `tools` are
 rendered; which message form the template takes; the context length and stop ids; and one bundled
 sample prompt per config, templated and decoded. Each finding that would make a run produce lossy
@@ -21,6 +24,7 @@ from eagle3_synth.prompts.templating import ChatTokenizer, template_uses_date, t
 from eagle3_synth.prompts.configs import CONFIGS, sample_prompts_path
 from eagle3_synth.prompts.conversation import Conversation, read_prompts_jsonl
 from eagle3_synth.errors import Eagle3SynthError, PromptError
+from eagle3_synth.prompts.template_kwargs import UNCHECKED_OPTION, kwarg_problems, template_names
 from eagle3_synth.contract.markers import Vocabulary
 from eagle3_synth.contract.profiles import MARKER_ROLES, MarkerIds, ModelProfile, choose_profile, resolve_markers
 from eagle3_synth.prompts.prepare import model_context_length
@@ -117,6 +121,21 @@ def _reasoning_lines(chat: ChatTokenizer, profile: ModelProfile, markers: Marker
     return lines
 
 
+def _kwargs_lines(tokenizer: Any, profile: ModelProfile, given: dict[str, Any], unchecked: bool,
+                  report: DoctorReport) -> dict[str, Any]:
+    """The `kwargs` section, each refused kwarg a problem; the kwargs the rest of the report uses."""
+    names = template_names(tokenizer)
+    lines = [f"the template reads: {', '.join(sorted(names.reads)) or 'none'}"]
+    refused = kwarg_problems(given, {}, names, profile, unchecked=unchecked)
+    report.problems.extend(refused.values())
+    if given:
+        lines.append(f"given: {', '.join(f'{k}={json.dumps(v)}' for k, v in given.items())}"
+                     + (f" ({', '.join(refused)} refused: the report below is without them)" if refused else "")
+                     + (f" ({UNCHECKED_OPTION}: names not checked)" if unchecked else ""))
+    report.add("kwargs", *lines)
+    return {name: value for name, value in given.items() if name not in refused}
+
+
 def _sample_lines(chat: ChatTokenizer, configs: Sequence[str], report: DoctorReport, full: bool) -> list[str]:
     lines = []
     for name in configs:
@@ -142,7 +161,8 @@ def _sample_lines(chat: ChatTokenizer, configs: Sequence[str], report: DoctorRep
 
 def diagnose(tokenizer: Any, *, model_path: str, profile_name: str = "auto", profile_file: str | None = None,
              template_kwargs: Mapping[str, Any] | None = None, template_date: str | None = None,
-             configs: Sequence[str] | None = None, full: bool = False) -> DoctorReport:
+             configs: Sequence[str] | None = None, full: bool = False,
+             template_kwarg_unchecked: bool = False) -> DoctorReport:
     """Everything `doctor` prints, with the problems a run would meet."""
     report = DoctorReport()
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else str(tokenizer.chat_template)
@@ -155,6 +175,12 @@ def diagnose(tokenizer: Any, *, model_path: str, profile_name: str = "auto", pro
         return report
     report.add("profile", f"{profile.name}: {profile.family} ({why})")
     report.add("markers", *_marker_lines(Vocabulary(tokenizer), profile, markers))
+    try:
+        template_kwargs = _kwargs_lines(tokenizer, profile, dict(template_kwargs or {}), template_kwarg_unchecked,
+                                        report)
+    except Eagle3SynthError as exc:
+        report.problems.append(str(exc))
+        return report
     date = (template_date or today()) if template_uses_date(tokenizer) else None
     chat = ChatTokenizer(tokenizer, template_kwargs, profile=profile, template_date=date)
     report.add("generation", *_reasoning_lines(chat, profile, markers))
