@@ -115,7 +115,7 @@ def test_two_builds_of_one_config_at_once_one_generates_the_other_is_refused(tmp
         finally:
             stop_all(builds)
         printed = outputs[1 - refused[0]].read_text()
-        assert f"{KIMI_CONFIG}: {SAMPLES} prompts (0 rejected), 0 already in" in printed
+        assert f"{KIMI_CONFIG}: {SAMPLES} prompts kept (0 rejected), 0 already in" in printed
         assert f"{SAMPLES} generated" in printed
         assert [r["sample_id"] for r in config_rows(out)] == list(range(SAMPLES))
         assert len(load_dataset(str(out), KIMI_CONFIG, split="train")) == SAMPLES

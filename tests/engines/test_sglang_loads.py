@@ -92,13 +92,25 @@ def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):  # noqa:
         assert server.load_reads > 0 and engine._window.sizer.last_load.ranks == 2 and server.max_running <= 12
     finally:
         engine.close()
-    # A server (or router) without /v1/loads: the window stays at its start.
+    # A server (or router) without /v1/loads: after FAILED_READS reads the window is fixed at its ceiling.
     plain = SGLangLoopbackServer(DeterministicBackend(), serve_loads=False)
     engine = SGLangHTTPEngine((serve(plain).url,), retry=FAST_RETRY, load_driven=True)
     try:
         engine.check_servers()
         engine._window.sizer.every = 0.0
-        assert len(list(engine.generate(random_requests(20), PARAMS))) == 20
+        results: list = []
+
+        def one_at_a_time(requests):
+            """Each request once the one before it is handed back (None: nothing ready, engines/base.py),
+            so the window asks its sizer once per result, however fast the results come."""
+            for i, request in enumerate(requests):
+                yield request
+                while len(results) <= i:
+                    yield None
+
+        for result in engine.generate(one_at_a_time(random_requests(20)), PARAMS):
+            results.append(result)
+        assert len(results) == 20
         # (capacity 256 on one rank: a start of 64, the most per rank; without loads, the ceiling of 512)
         assert engine._window.sizer.last_load is None and engine.max_in_flight == 512
     finally:
