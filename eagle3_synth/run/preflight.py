@@ -96,7 +96,7 @@ def check_input_file(path: str | None, option: str) -> None:
     if not file.exists():
         raise ConfigError(f"{option} {path}: no such file")
     if not file.is_file():
-        raise ConfigError(f"{option} {path}: not a file")
+        raise ConfigError(f"{option} {path}: " + ("is a directory, not a file" if file.is_dir() else "not a file"))
     try:
         with open(file, "rb") as handle:
             handle.read(1)

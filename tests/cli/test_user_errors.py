@@ -150,7 +150,7 @@ CASES = [
          lambda w: f"--source-file {w / 'gone.json'}: no such file", new_out="new"),
     Case("--source-file is a folder", lambda w: ["build", CONFIG, *replay_args(w), "--source-file", str(w / "ds"),
                                                  "--out", str(w / "new")],
-         lambda w: f"--source-file {w / 'ds'}: not a file", new_out="new"),
+         lambda w: f"--source-file {w / 'ds'}: is a directory, not a file", new_out="new"),
     Case("missing --model", lambda w: ["build", CONFIG, "--model", str(w / "no-model"), "--out", str(w / "new")],
          lambda w: f"--model {w / 'no-model'}: no such folder", new_out="new"),
     Case("corrupt run.json", lambda w: build(w),

@@ -267,7 +267,7 @@ def test_inspect_shows_a_conversation_turn_by_turn(built, capsys):
 
 def export(out: Path, tmp_path: Path, fmt: str, *extra: str) -> list[dict]:
     path = tmp_path / f"{fmt}.jsonl"
-    assert main(["export", str(out), CONFIG, "--format", fmt, "--out", str(path), *extra]) == 0
+    assert main(["export", str(out), CONFIG, "--format", fmt, "--out", str(path), "--overwrite", *extra]) == 0
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 

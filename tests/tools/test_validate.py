@@ -22,7 +22,7 @@ def folder(tmp_path_factory, kimi_tokenizer, qwen_tokenizer):
 
 def validate(tmp_path, *args: str) -> tuple[int, list[dict]]:
     report = tmp_path / "report.json"
-    code = main(["validate", *args, "--report", str(report)])
+    code = main(["validate", *args, "--report", str(report), "--overwrite"])
     return code, json.loads(report.read_text())
 
 
