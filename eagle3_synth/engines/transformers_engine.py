@@ -3,6 +3,12 @@
 Prompts are batched with left padding and an attention mask. Each returned sequence is cut right
 after its first stop token (kept), so neither padding nor anything generated after the stop is
 stored. Ids go from `generate` to the result untouched: nothing is decoded or re-encoded.
+
+Sampling is seeded per sample, not per batch (`RowSampler`): a sample draws its tokens from its
+own generator, seeded with `seed + sample_id` (as SGLang seeds each request), so its output does
+not depend on which samples share its batch -- a resumed run, whose first batch is whatever the
+crash left, and another `--batch-size` give the same rows. Greedy decoding (temperature 0) is
+`generate`'s own, unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +31,68 @@ def cut_after_stop(new_ids: list[int], stop_ids: tuple[int, ...], max_new_tokens
     return new_ids[:max_new_tokens], "length"
 
 
+class RowSampler:
+    """A `LogitsProcessor` that samples each row's next token from that row's own generator, then
+    hands `generate` (run greedily) logits whose argmax is that token.
+
+    Why a processor inside greedy `generate` rather than `do_sample=True` or a decode loop of our
+    own: `do_sample=True` draws every row from the one global generator in one `multinomial` call
+    (transformers generation/utils.py:3274-3277), so a row's draws depend on its batch; a loop of
+    our own would repeat `generate`'s KV cache, padding and stopping code. Greedy `generate` calls
+    its processors with the step's float32 logits (utils.py:3253-3256), takes the argmax
+    (utils.py:3279) and replaces a finished row's token with padding (utils.py:3282-3283): so a
+    row whose logits are -inf everywhere but at the drawn token gets exactly that token.
+
+    Per row: the warpers transformers itself applies when sampling, in its order (temperature,
+    top-k, top-p: utils.py:1603-1629; generation/logits_process.py:238, 571, 502), then one
+    `torch.multinomial` draw from the row's generator, as `generate` samples (utils.py:3276-3277).
+    A row is processed alone (a [1, vocab] slice), so the arithmetic is that of an unbatched run.
+    Rows already finished (a stop id among their generated tokens) draw nothing: a row's k-th token
+    is its generator's k-th draw whatever its batch. (Draws after a row's stop could not change
+    its stored ids anyway -- they come from its own generator -- but drawing nothing is plainly
+    equal.)
+
+    What batching can still change is the logits themselves: a left-padded batched forward rounds
+    differently from an unbatched one (on the tiny test model in float32 they differ by ~4e-6), so
+    a draw landing within that distance of a boundary between two tokens could pick the other one:
+    about one step in a million. The same holds for any batched engine (SGLang too, outside its
+    deterministic-inference mode); the draws themselves never depend on the batch.
+    """
+
+    def __init__(self, seeds: list[int], params: SamplingParams, prompt_width: int, device: Any):
+        import torch
+        from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                            TopPLogitsWarper)
+
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+        self.warpers: list[Any] = []
+        if params.temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k > 0:
+            self.warpers.append(TopKLogitsWarper(top_k=params.top_k))
+        if params.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=params.top_p))
+        self.prompt_width = prompt_width
+        self.stop_ids = torch.tensor(params.stop_token_ids, device=device)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        finished = torch.isin(input_ids[:, self.prompt_width :], self.stop_ids).any(dim=-1).tolist()
+        chosen = torch.full_like(scores, float("-inf"))
+        for row, generator in enumerate(self.generators):
+            if finished[row]:
+                chosen[row, 0] = 0.0  # replaced by padding in generate; never stored
+                continue
+            row_ids, row_scores = input_ids[row : row + 1], scores[row : row + 1]
+            for warper in self.warpers:
+                row_scores = warper(row_ids, row_scores)
+            probs = torch.nn.functional.softmax(row_scores, dim=-1)
+            token = torch.multinomial(probs, num_samples=1, generator=generator)
+            chosen[row, token[0, 0]] = 0.0
+        return chosen
+
+
 class TransformersEngine:
     def __init__(self, model: Any, pad_token_id: int, batch_size: int):
         self.model = model
@@ -41,18 +109,18 @@ class TransformersEngine:
             n = len(request.prompt_ids)
             input_ids[row, width - n :] = torch.tensor(request.prompt_ids, dtype=torch.long)
             attention_mask[row, width - n :] = 1
-        if params.seed is not None:
-            # Seeded per batch by its first sample id, so a batch's outputs do not depend on
-            # which batches ran before it (a resumed run repeats them).
-            torch.manual_seed(params.seed + batch[0].sample_id)
-        sampling = params.temperature > 0
-        kwargs: dict[str, Any] = {"do_sample": sampling}
-        if sampling:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else 0)
+        kwargs: dict[str, Any] = {"do_sample": False}
+        if params.temperature > 0:
+            from transformers import LogitsProcessorList
+
+            # Unseeded (seed None): each row's generator from torch's global one, so runs still vary.
+            seeds = [params.seed + r.sample_id if params.seed is not None else int(torch.randint(2**62, ()).item())
+                     for r in batch]
+            kwargs["logits_processor"] = LogitsProcessorList([RowSampler(seeds, params, width, self.model.device)])
         with torch.no_grad():
             sequences = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
+                input_ids=input_ids.to(self.model.device),
+                attention_mask=attention_mask.to(self.model.device),
                 max_new_tokens=params.max_new_tokens,
                 eos_token_id=list(params.stop_token_ids),
                 pad_token_id=self.pad_token_id,

@@ -30,7 +30,7 @@ from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix
 from eagle3_synth.run.shards import Shard
-from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec
+from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +103,15 @@ class GenerationSettings:
     top_k: int = SamplingSpec.top_k
     # Sampling seed, per sample where the engine allows; None = unseeded.
     seed: int | None = SamplingSpec.seed
-    # -- engine (plumbing: never changes an id) --
+    # -- engine (plumbing, except the engine args that change what the model computes) --
     engine: str = RunOptions.engine
     # Recorded results for the replay engine.
     replay: str | None = None
     # transformers engine: prompts per generate call, and the torch device (default cpu).
     batch_size: int = EngineOptions.batch_size
     device: str | None = EngineOptions.device
-    # Engine-specific arguments, e.g. {"tp_size": 8} for sglang.
+    # Engine-specific arguments, e.g. {"tp_size": 8} for sglang; those that change what the model
+    # computes (run/spec.py OUTPUT_ENGINE_ARGS: dtype, quantization, kv_cache_dtype ...) are fingerprinted.
     engine_args: Mapping[str, Any] = field(default_factory=dict)
     # sglang-http: server or router URLs.
     urls: tuple[str, ...] = EngineOptions.urls
@@ -214,6 +215,7 @@ class GenerationSettings:
                 template_kwargs=dict(self.template_kwargs),
                 template_date=self.template_date,
                 context_length=self.max_context or model_context_length(self.model, self.tokenizer),
+                engine_args=output_engine_args(self.engine_args),
             ),
             sampling=SamplingSpec(
                 max_new_tokens=config.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,

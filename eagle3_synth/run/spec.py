@@ -1,12 +1,15 @@
 """The run spec: every setting that determines a run's output, as typed dataclasses; and the plumbing.
 
 `RunSpec` holds what decides the ids a run produces: the prompt plan, the model and tokenizer, the
-chat template's kwargs and date, the marker profile, the model's context, sampling. Its fingerprint
+chat template's kwargs and date, the marker profile, the model's context, the engine args that change
+what the model computes, sampling. Its fingerprint
 is derived from it field by field (`spec_identity`): each field enters as its value, or through the
 `identity` function in its metadata (a folder -> the digests of its files). A new field therefore
 reaches the fingerprint without a line to remember; `tests/run/test_spec.py` fails for one that
 does not. `RunOptions` is how one process runs it (run directory, engine and its connection
-settings, shard, budget, strictness): none of it changes an id, so none of it is fingerprinted.
+settings, shard, budget, strictness): none of it changes what is sampled from (the engine, device,
+batch size and parallelism change at most float rounding, see `OUTPUT_ENGINE_ARGS`), so none of it is
+fingerprinted and a run can be resumed on other hardware.
 """
 
 from __future__ import annotations
@@ -58,6 +61,21 @@ def optional_file_identity(path: str | None) -> str | None:
     return file_digest(Path(path)) if path is not None else None
 
 
+# `--engine-arg`s (SGLang `ServerArgs` names) that change what the model computes -- its weights'
+# numeric format, the KV cache's, the weights loaded -- so a run mixing them would mix two models'
+# outputs. The others (tp_size, dp_size, mem_fraction_static, attention backends, scheduling,
+# speculative decoding, which keeps the target's distribution) change at most float rounding and
+# which sample is drawn, like the engine, the device and the batch size: never fingerprinted, so a
+# run can be resumed on other hardware.
+OUTPUT_ENGINE_ARGS = ("dtype", "quantization", "quantization_param_path", "kv_cache_dtype", "load_format",
+                      "revision", "json_model_override_args")
+
+
+def output_engine_args(engine_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine args that enter the fingerprint (`OUTPUT_ENGINE_ARGS`), sorted by name."""
+    return {name: engine_args[name] for name in sorted(engine_args) if name in OUTPUT_ENGINE_ARGS}
+
+
 def identity(function: Callable[[Any], Any]) -> dict[str, Any]:
     """Field metadata: the field enters the fingerprint as `function(value)`."""
     return {"identity": function}
@@ -104,6 +122,9 @@ class ModelSpec:
     template_date: str | None = None
     # The model's context in tokens: prompts longer than it minus max_new_tokens are skipped.
     context_length: int | None = None
+    # The `--engine-arg`s that change what the model computes (`OUTPUT_ENGINE_ARGS`: dtype,
+    # quantization, kv_cache_dtype ...); the others are plumbing.
+    engine_args: Mapping[str, Any] = field(default_factory=dict, metadata=identity(output_engine_args))
 
 
 @dataclass(frozen=True)

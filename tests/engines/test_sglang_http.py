@@ -33,7 +33,7 @@ FAULTS = (
     Fault("status", every=11, offset=1, status=503, attempts=2),
     Fault("drop", every=5, offset=2),
     Fault("truncate", every=7, offset=3),
-    Fault("slow", every=4, offset=1, delay_s=2.0),  # past the 1 s request timeout: times out, retried
+    Fault("hang", every=4, offset=1),  # held until the 1 s request timeout fired: retried
     Fault("slow", every=9, offset=5, delay_s=0.2),  # slow but in time
 )
 
@@ -206,7 +206,7 @@ def test_faults_lose_and_duplicate_nothing(serve):
         assert result.error is None, result.error
         assert result.output_ids == expected.output_ids and result.finish_reason == "stop"
         assert result.completion_tokens == len(expected.output_ids)
-    for kind in ("fault:status", "fault:drop", "fault:truncate", "fault:slow"):
+    for kind in ("fault:status", "fault:drop", "fault:truncate", "fault:slow", "fault:hang"):
         assert server.outcomes[kind] > 0, f"{kind} was exercised"
     assert len(set(server.rids)) == len(server.rids), "a fresh request id per attempt"
 
@@ -276,8 +276,24 @@ def test_several_urls_share_the_work_and_a_dead_one_is_skipped(serve):
     assert first.outcomes["ok"] + second.outcomes["ok"] == 40
 
 
+class HeldUntil:
+    """A backend that answers nothing until `ready()` (polled: a state, not a time), then as `backend`."""
+
+    def __init__(self, backend: DeterministicBackend, ready):
+        self.backend, self.ready = backend, ready
+
+    async def generate(self, input_ids, sampling):
+        for _ in range(24_000):  # bounded (>= 2 min): a window that never fills fails below instead of hanging
+            if self.ready():
+                break
+            await asyncio.sleep(0.005)
+        return await self.backend.generate(input_ids, sampling)
+
+
 def test_in_flight_never_exceeds_the_window(serve):
-    server = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("slow", every=1, delay_s=0.05),))
+    """The server holds every answer until five requests run at once: the window filled it (a
+    timed delay would depend on how fast a loaded machine sends them)."""
+    server = SGLangLoopbackServer(HeldUntil(DeterministicBackend(), lambda: server.max_running >= 5))
     engine = http_engine(serve(server).url, max_in_flight=5)
     seen = []
     try:

@@ -5,6 +5,8 @@ misconfigured servers, a starting server, and the prompt limit the engines expos
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams
@@ -143,16 +145,16 @@ def test_other_misconfigured_statuses_stop_the_run(serve, status):
 
 
 def test_a_starting_server_is_waited_for_within_a_bound(serve):
-    server = SGLangLoopbackServer(DeterministicBackend(), starting_s=0.3)
+    server = SGLangLoopbackServer(DeterministicBackend(), starting_polls=3)
     url = serve(server).url
-    engine = http_engine(url, health_poll_s=0.05, health_timeout_s=5)
+    engine = http_engine(url, health_poll_s=0.05, health_timeout_s=120)
     try:
         engine.check_servers()
     finally:
         engine.close()
-    assert server.health_requests > 1
+    assert server.health_requests == 4  # three 503s, then ready
 
-    slow = SGLangLoopbackServer(DeterministicBackend(), starting_s=60)
+    slow = SGLangLoopbackServer(DeterministicBackend(), starting_polls=math.inf)  # starting for ever
     engine = http_engine(serve(slow).url, health_poll_s=0.05, health_timeout_s=0.3)
     try:
         with pytest.raises(ConfigError, match="/health still answers HTTP 503 after 0.3s"):

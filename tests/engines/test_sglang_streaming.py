@@ -3,15 +3,17 @@ router's retry that reuses our request id ("Duplicate request ID") recovered ins
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
+from unittest.mock import patch
 
 import pytest
 
 from eagle3_synth.engines.sglang import http as sglang_http
 from eagle3_synth.engines.sglang.protocol import is_duplicate_rid, merge_chunk
 
-from ..support.sglang_server import DeterministicBackend, Fault, RouterLoopback, SGLangLoopbackServer
+from ..support.sglang_server import ClientClock, DeterministicBackend, Fault, RouterLoopback, SGLangLoopbackServer
 from .test_sglang_http import PARAMS, STOP, http_engine, random_requests, serve  # noqa: F401  (fixture)
 
 
@@ -53,22 +55,29 @@ def test_chunks_merge_cumulative_and_incremental():
 
 @pytest.mark.parametrize("incremental", [False, True])
 def test_a_request_queued_then_running_past_a_total_timeout_completes_once(serve, monkeypatch, incremental):
-    """Queued 0.6 s, then a chunk every 0.3 s: about 2 s in all, over the 1 s timeout, yet never
-    1 s without data; a total timeout would restart every one of them."""
+    """Queued 36 s, then a chunk every 18 s: over 100 s in all, past the 60 s timeout, yet never
+    60 s without data; a total timeout would restart every one of them. The gaps are made on the
+    client's clock (`ClientClock`), not slept: however loaded the machine, no gap reaches the
+    timeout, and the test takes no time. One request at a time, as one clock ages every request."""
     monkeypatch.setattr(sglang_http, "STREAM_INTERVAL", 4)
     backend = DeterministicBackend(min_len=16, max_len=20)
-    server = SGLangLoopbackServer(backend, queue_s=0.6, chunk_s=0.3,
+    clock = ClientClock()
+    server = SGLangLoopbackServer(backend, queue_s=36.0, chunk_s=18.0, clock=clock,
                                   server_args={"incremental_streaming_output": incremental})
     url = serve(server).url
     requests = random_requests(4, seed=3)
-    results = run(http_engine(url, request_timeout_s=1.0), requests)
+    with patch.object(asyncio, "new_event_loop", clock.new_event_loop):
+        engine = http_engine(url, request_timeout_s=60.0, max_in_flight=1)
+    results = run(engine, requests)
+    assert clock.skew > 4 * 60.0, "each request took longer than the timeout on the client's clock"
     assert len(server.rids) == len(requests)  # not one restarted
     assert server.outcomes["ok"] == len(requests) and server.aborted == 0
     assert_rows_as_non_stream(url, requests, results)
 
 
 def test_a_server_that_stops_sending_is_retried_after_the_idle_timeout(serve):
-    server = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("stall", every=2, delay_s=3.0),
+    """A stalled stream sends nothing more until the client gave up on it (its idle timeout)."""
+    server = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("stall", every=2),
                                                                   Fault("truncate", every=5, offset=1),
                                                                   Fault("abort", every=7, offset=3, status=503)))
     url = serve(server).url
@@ -79,10 +88,10 @@ def test_a_server_that_stops_sending_is_retried_after_the_idle_timeout(serve):
 
 
 def test_a_router_retry_that_reuses_our_id_recovers(serve):
-    """The router times out the first try and retries it with the same rid while the worker still
-    holds it: 400 "Duplicate request ID" comes back, and our retry (a new rid) succeeds."""
-    worker = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("slow", every=1, delay_s=1.0),),
-                                  keep_aborted_s=0.5)
+    """The router times out the first try (the worker holds it until the router gives up) and
+    retries it with the same rid while the worker still holds it: 400 "Duplicate request ID" comes
+    back, and our retry (a new rid) succeeds."""
+    worker = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("hang", every=1),), keep_aborted=True)
     worker_url = serve(worker).url
     router = RouterLoopback(worker_url, request_timeout_s=0.3, max_retries=2)
     router_url = serve(router).url
@@ -95,8 +104,7 @@ def test_a_router_retry_that_reuses_our_id_recovers(serve):
 def test_a_router_over_two_workers_retrying_with_our_id_gives_each_sample_once(serve):
     """One worker times out at the router (which retries with the same rid on the next worker, or
     on the slow one that still holds the id): every sample comes back once, as the worker generates it."""
-    slow = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("slow", every=1, delay_s=1.0),),
-                                keep_aborted_s=0.5)
+    slow = SGLangLoopbackServer(DeterministicBackend(), faults=(Fault("hang", every=1),), keep_aborted=True)
     fast = SGLangLoopbackServer(DeterministicBackend())
     slow_url, fast_url = serve(slow).url, serve(fast).url
     router = RouterLoopback([slow_url, fast_url], request_timeout_s=0.3, max_retries=3)

@@ -78,27 +78,54 @@ def test_greedy_batched_equals_each_prompt_generated_alone(tiny):
             assert all(t not in params.stop_token_ids for t in result.output_ids[:-1])
 
 
-def test_sampled_outputs_equal_a_direct_generate_call(tiny):
-    tokenizer, model = tiny
-    requests = requests_for(tokenizer)[:3]
-    params = SamplingParams(max_new_tokens=40, temperature=0.9, stop_token_ids=stop_ids(tokenizer), seed=7)
-    engine = create_engine("transformers", EngineOptions(model=str(TINY_MODEL), batch_size=3))
-    results = list(engine.generate(requests, params))
-
-    width = max(len(r.prompt_ids) for r in requests)
-    pad = engine.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(r.prompt_ids)) + r.prompt_ids for r in requests])
-    mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in requests])
-    torch.manual_seed(7 + requests[0].sample_id)
+def sampled_alone(model, request, params, pad) -> list[int]:
+    """transformers' own sampling of one prompt, unbatched, with the global generator seeded
+    `seed + sample_id`: what the engine must give the sample in any batch."""
+    torch.manual_seed(params.seed + request.sample_id)
     with torch.no_grad():
-        sequences = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=40, do_sample=True,
-                                   temperature=0.9, top_p=1.0, top_k=0, eos_token_id=list(params.stop_token_ids),
-                                   pad_token_id=pad)
-    for row, result in enumerate(results):
-        generated = sequences[row, width:].tolist()
-        assert result.output_ids == generated[: len(result.output_ids)]
-        # Everything after the stored ids is padding added after the stop, never stored.
-        assert all(t == pad for t in generated[len(result.output_ids):])
+        alone = model.generate(torch.tensor([request.prompt_ids]),
+                               attention_mask=torch.ones(1, len(request.prompt_ids), dtype=torch.long),
+                               max_new_tokens=params.max_new_tokens, do_sample=True, temperature=params.temperature,
+                               top_p=params.top_p, top_k=max(params.top_k, 0), eos_token_id=list(params.stop_token_ids),
+                               pad_token_id=pad)
+    return cut_after_stop(alone[0, len(request.prompt_ids):].tolist(), params.stop_token_ids, params.max_new_tokens)[0]
+
+
+def sampled(requests, params, batch_size) -> dict[int, list[int]]:
+    engine = create_engine("transformers", EngineOptions(model=str(TINY_MODEL), batch_size=batch_size))
+    return {r.sample_id: r.output_ids for r in engine.generate(requests, params)}
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, -1), (0.8, 0.9, 20)])
+def test_a_sampled_row_is_its_prompt_sampled_alone_with_seed_plus_its_sample_id(tiny, temperature, top_p, top_k):
+    """Each row of a batch equals transformers' own sampling of its prompt alone, seeded with
+    `--seed` + its sample id (the per-batch seed gave every row after the first other ids)."""
+    tokenizer, model = tiny
+    requests = [GenerationRequest(10 + r.sample_id, r.prompt_ids) for r in requests_for(tokenizer)]
+    params = SamplingParams(max_new_tokens=40, temperature=temperature, top_p=top_p, top_k=top_k,
+                            stop_token_ids=stop_ids(tokenizer), seed=7)
+    results = sampled(requests, params, batch_size=3)
+    for request in requests:
+        assert results[request.sample_id] == sampled_alone(model, request, params, tokenizer.pad_token_id)
+
+
+def test_a_sampled_row_does_not_depend_on_its_batch(tiny):
+    """Batch sizes 1, 2 and 4, the requests reversed, or only the last three (what a resumed run
+    hands out after a crash mid-batch) give every sample the same ids: rows that finish early draw
+    nothing more, so the others' draws stay theirs."""
+    tokenizer, model = tiny
+    requests = requests_for(tokenizer)
+    params = SamplingParams(max_new_tokens=40, temperature=1.0, stop_token_ids=stop_ids(tokenizer), seed=3)
+    one = sampled(requests, params, batch_size=1)
+    assert len({len(ids) for ids in one.values()}) > 1, "rows finishing at different steps exercise finished rows"
+    assert sampled(requests, params, batch_size=4) == one
+    assert sampled(requests[::-1], params, batch_size=2) == one
+    assert sampled(requests[2:], params, batch_size=4) == {i: one[i] for i in (2, 3, 4)}
+    # Sampling really happened, and the seed decides it.
+    greedy = sampled(requests, SamplingParams(max_new_tokens=40, temperature=0.0, stop_token_ids=params.stop_token_ids), 4)
+    assert greedy != one
+    assert sampled(requests, SamplingParams(max_new_tokens=40, temperature=1.0, stop_token_ids=params.stop_token_ids,
+                                            seed=4), 4) != one
 
 
 def test_build_with_the_tiny_model_stores_what_the_model_generated(tiny, tmp_path):

@@ -16,6 +16,7 @@ from eagle3_synth.cli import main
 from eagle3_synth.cli.options import EXIT_RESUMABLE
 from eagle3_synth.run.directory import RunDirectory
 
+from ..conftest import TINY_MODEL
 from ..support.built_datasets import KIMI_CONFIG
 from ..support.cli_processes import KILLED, SAMPLES, config_rows, replay_inputs, run_cli_process
 
@@ -88,3 +89,26 @@ def test_max_hours_stops_cleanly_and_resumes(tmp_path, kimi_tokenizer, capsys):
     assert main(["build", KIMI_CONFIG, *generation, "--out", str(out)]) == 0
     assert main(["build", KIMI_CONFIG, *generation, "--out", str(tmp_path / "reference")]) == 0
     assert config_rows(out) == config_rows(tmp_path / "reference")
+
+
+def test_a_sampled_transformers_run_killed_mid_batch_resumes_to_the_rows_of_an_unbatched_run(tmp_path):
+    """The transformers engine sampling (temperature 1) multi-turn conversations, two rollouts each:
+    killed after 2 of its first batch of 4 were journaled, then resumed (its first batch is now
+    other samples), it writes the rows of an uninterrupted run with --batch-size 1. Per-batch
+    seeding changed every row after the cut."""
+    argv = ["build", "B2_hermes_fc", "--model", str(TINY_MODEL), "--limit", "3", "--samples-per-prompt", "2",
+            "--max-new-tokens", "48", "--temperature", "1.0", "--seed", "5"]
+    assert main([*argv, "--batch-size", "1", "--out", str(tmp_path / "reference")]) == 0
+    reference = config_rows(tmp_path / "reference", "B2_hermes_fc")
+    assert len(reference) > 6, "later turns were generated too"
+    rollouts: dict[tuple, set] = {}  # the same turn of one source conversation, rollout by rollout
+    for row in reference:
+        rollouts.setdefault((row["source_id"], row["turn"]), set()).add(tuple(row["output_ids"]))
+    assert any(len(outputs) > 1 for outputs in rollouts.values()), "the rollouts were sampled, not greedy"
+
+    crashed = [*argv, "--batch-size", "4", "--out", str(tmp_path / "crashed")]
+    assert run_cli_process(crashed, "journal.after_write:2") == KILLED
+    index = RunDirectory(tmp_path / "crashed" / ".runs" / "B2_hermes_fc").scan()
+    assert len(index.sample_ids) == 2  # the first batch of 4 was cut after its second result
+    assert run_cli_process(crashed) == 0
+    assert config_rows(tmp_path / "crashed", "B2_hermes_fc") == reference

@@ -88,6 +88,7 @@ def variants(files) -> dict[str, tuple[str, object]]:
         "model.template_kwargs": ("file", {"thinking": False}),
         "model.template_date": ("file", "2026-01-02"),
         "model.context_length": ("file", 20_000),
+        "model.engine_args": ("file", {"kv_cache_dtype": "fp8_e4m3"}),
         "sampling.max_new_tokens": ("file", 64),
         "sampling.temperature": ("file", 0.0),
         "sampling.top_p": ("file", 0.9),
@@ -124,3 +125,20 @@ def test_plumbing_is_not_in_the_spec():
     plumbing = {f.name for f in dataclasses.fields(RunOptions)}
     assert not spec_names & plumbing
     assert {"run_dir", "engine", "shard", "max_hours", "retry_errors", "strict", "workers"} <= plumbing
+
+
+def test_engine_args_that_change_what_the_model_computes_are_fingerprinted_and_the_others_not(files):
+    """`--engine-arg kv_cache_dtype/quantization/dtype` change the outputs' model: a run resumed
+    with another is refused. Parallelism and memory knobs (tp_size, mem_fraction_static) and the
+    batch size or device do not: a run may be resumed on other hardware."""
+    from eagle3_synth.run.settings import GenerationSettings
+
+    def fingerprint_of(**settings):
+        spec = GenerationSettings(model=files["model"], prompts=files["prompts"], **settings).run_spec("B1_glaive")
+        return fingerprint(spec_fields(spec))
+
+    base = fingerprint_of(engine="sglang")
+    assert fingerprint_of(engine="sglang", engine_args={"tp_size": 8, "mem_fraction_static": 0.8}) == base
+    assert fingerprint_of(batch_size=1, device="cpu") == base
+    for name, value in (("kv_cache_dtype", "fp8_e4m3"), ("quantization", "fp8"), ("dtype", "float16")):
+        assert fingerprint_of(engine="sglang", engine_args={name: value, "tp_size": 8}) != base, name

@@ -14,7 +14,14 @@ What generates (a backend):
 
 Faults (`Fault`), chosen per prompt (a digest of its ids) and attempt, so a retried request can
 succeed: an HTTP status (500, 503, ...), a connection dropped before any response, a body cut off
-mid-way, a slow response. Loopback only; every request is counted.
+mid-way, a slow response, a request held until its client gives up. Loopback only; every request is
+counted, before the answer's last byte leaves (a client never sees an answer the counts lack).
+
+No outcome waits on the wall clock: a fault that a client's timeout must end (`hang`, `stall`) holds
+the request until the client went away, however long its timeout takes on a loaded machine; a
+stream's queue and chunk gaps (`queue_s`, `chunk_s`) can advance a `ClientClock` -- the clock the
+client's event loop reads -- instead of sleeping, so whether an idle timeout fires follows from the
+gaps the server made, not from how busy the machine is.
 
 Run in a thread (`ServerThread`, for tests) or as a process (`python -m tests.support.sglang_server`,
 for benchmarks: prints its URL, serves until killed).
@@ -50,6 +57,37 @@ def prompt_digest(input_ids: list[int]) -> int:
     """A stable 64-bit digest of a prompt's ids: faults and lengths follow the prompt, not arrival order."""
     raw = hashlib.blake2b(json.dumps(input_ids).encode(), digest_size=8).digest()
     return int.from_bytes(raw, "big")
+
+
+class ClientClock:
+    """The clock of a client's event loop (`new_event_loop`): real monotonic time plus what a fake
+    server advanced it by. aiohttp's timeouts are timers on that loop (`sock_read`:
+    client_proto.py `_reschedule_timeout`, `loop.call_later`), so a server that advances the clock
+    S seconds before its next chunk made a gap of S seconds in the client's eyes, at once. One clock
+    ages every timer of the loop: give it one request at a time."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.skew += seconds
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        clock = self
+
+        class Loop(asyncio.SelectorEventLoop):
+            def time(self) -> float:
+                return super().time() + clock.skew
+
+        return Loop()
+
+
+async def until_gone(request: web.Request, limit_s: float = 120.0) -> None:
+    """Return once the client closed the connection (its timeout fired, or it was cancelled);
+    `limit_s` only ends a test whose client never gives up."""
+    deadline = time.monotonic() + limit_s
+    while request.transport is not None and not request.transport.is_closing() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
 
 
 @dataclass
@@ -252,9 +290,10 @@ class KVBoundedModel:
 class Fault:
     """Applied to prompts with digest % every == offset, on their first `attempts` attempts."""
 
-    kind: str  # "status" | "drop" | "truncate" | "slow" | "nan" (a NaN-token stop) | "stall" (a stream
-    # that stops sending after its first chunk, for delay_s, then closes) | "abort" (a stream whose
-    # final chunk is an abort with status_code=status)
+    kind: str  # "status" | "drop" | "truncate" | "slow" (delay_s before answering) | "hang" (no answer
+    # until the client went away: its timeout fired) | "nan" (a NaN-token stop) | "stall" (a stream that
+    # stops sending after its first chunk until the client went away) | "abort" (a stream whose final
+    # chunk is an abort with status_code=status)
     every: int
     offset: int = 0
     attempts: int = 1
@@ -270,22 +309,22 @@ class SGLangLoopbackServer:
 
     def __init__(self, backend: Backend, faults: tuple[Fault, ...] = (), context_length: int | None = None,
                  model_path: str = "loopback-model", cache: bool = True, kv_capacity: int | None = None,
-                 starting_s: float = 0.0, api_key: str | None = None, server_args: dict[str, Any] | None = None,
-                 queue_s: float = 0.0, chunk_s: float = 0.0, keep_aborted_s: float = 0.0,
-                 capacity_per_rank: int = 256, serve_loads: bool = True):
+                 api_key: str | None = None, server_args: dict[str, Any] | None = None,
+                 queue_s: float = 0.0, chunk_s: float = 0.0, keep_aborted: bool = False,
+                 capacity_per_rank: int = 256, serve_loads: bool = True, starting_polls: float = 0,
+                 clock: ClientClock | None = None):
         """`queue_s`: a stream sends nothing for that long (queued: SGLang has no queue timeout,
-        srt/environ.py), then a chunk every `chunk_s`; `keep_aborted_s`: a request whose client went
-        away keeps its rid that long (until the scheduler confirms the abort), and a request reusing
-        a live rid gets 400 "Duplicate request ID detected" (tokenizer_manager.py:3834-3837);
-        `server_args={"incremental_streaming_output": True}` streams deltas. `starting_s`: /health answers 503 for that long after the first /health request (the
-        real server's `ServerStatus.Starting`); `api_key`: requests without `Authorization:
+        srt/environ.py), then a chunk every `chunk_s` (with a `clock`: the client's clock is advanced
+        by them instead); `keep_aborted`: a request whose client went away keeps its rid (as until
+        the scheduler confirms the abort) until one request reused it: a request reusing a live rid
+        gets 400 "Duplicate request ID detected" (tokenizer_manager.py:3834-3837);
+        `server_args={"incremental_streaming_output": True}` streams deltas. `starting_polls`: /health
+        answers 503 to that many requests first (`math.inf`: for ever; the real server's `ServerStatus.Starting`); `api_key`: requests without `Authorization:
         Bearer KEY` get SGLang's 401; `server_args`: overrides of the served /server_info fields."""
         self.backend = backend
         self.kv_capacity = kv_capacity
-        self.starting_s = starting_s
         self.api_key = api_key
         self.server_args = {"skip_tokenizer_init": True, "allow_auto_truncate": False, **(server_args or {})}
-        self._first_health: float | None = None
         self.health_requests = 0
         self.faults = faults
         self.context_length = context_length
@@ -299,8 +338,12 @@ class SGLangLoopbackServer:
         self._seen_prompts: list[list[int]] = []
         self.queue_s = queue_s
         self.chunk_s = chunk_s
-        self.keep_aborted_s = keep_aborted_s
+        self.keep_aborted = keep_aborted
+        self.clock = clock
+        self.starting_polls = starting_polls
         self.live_rids: set[str] = set()  # tokenizer_manager's rid_to_state
+        self._reused: set[str] = set()  # live rids a duplicate request hit (the abort is then confirmed)
+        self._kept: set[str] = set()  # aborted rids kept live until reused
         self.aborted = 0  # streams whose client went away
         self.stream_chunks: list[tuple[str, float]] = []  # (rid, time) of every chunk sent
         # `effective_max_running_requests_per_dp` of each DP rank (dp_size x attn_dp_size of them);
@@ -347,10 +390,7 @@ class SGLangLoopbackServer:
     async def handle_health(self, request: web.Request) -> web.Response:
         """503 while starting (http_server.py:731-732: `ServerStatus.Starting`), then 200, empty body."""
         self.health_requests += 1
-        now = time.monotonic()
-        if self._first_health is None:
-            self._first_health = now
-        if now - self._first_health < self.starting_s:
+        if self.health_requests <= self.starting_polls:
             return web.Response(status=503)
         return web.Response(status=200)
 
@@ -458,6 +498,10 @@ class SGLangLoopbackServer:
         if rid in self.live_rids:
             message = f"Duplicate request ID detected: {rid}"  # tokenizer_manager.py:3834-3837
             self.outcomes["duplicate"] += 1
+            self._reused.add(rid)
+            if rid in self._kept:
+                self._kept.discard(rid)
+                self.live_rids.discard(rid)
             return await self._stream_error(request, message) if stream else self._respond(400, R.error_400(message))
         self.live_rids.add(rid)
         aborted = False
@@ -470,8 +514,8 @@ class SGLangLoopbackServer:
             return await self._answer(request, input_ids, sampling, rid)
         finally:
             self.running -= 1
-            if aborted and self.keep_aborted_s > 0:
-                asyncio.get_running_loop().call_later(self.keep_aborted_s, self.live_rids.discard, rid)
+            if aborted and self.keep_aborted and rid not in self._reused:
+                self._kept.add(rid)
             else:
                 self.live_rids.discard(rid)
 
@@ -524,6 +568,10 @@ class SGLangLoopbackServer:
             if fault.kind == "drop":
                 request.transport.close()
                 return web.Response(status=200), True
+            if fault.kind == "hang":
+                await until_gone(request)
+                self.aborted += 1
+                return web.Response(status=200), True
         status, result = await self._one(input_ids, sampling, rid)
         if status != 200:
             self.outcomes[str(status)] += 1
@@ -542,26 +590,41 @@ class SGLangLoopbackServer:
             return request.transport is None or request.transport.is_closing()
 
         try:
-            await asyncio.sleep(self.queue_s + (fault.delay_s if fault is not None and fault.kind == "slow" else 0.0))
+            await self._wait(self.queue_s)
+            if fault is not None and fault.kind == "slow":
+                await asyncio.sleep(fault.delay_s)
             chunks = self._chunks(result, sampling.get("stream_interval") or 1)
             for i, chunk in enumerate(chunks):
                 if gone():
                     raise ConnectionResetError
                 if i:
-                    await asyncio.sleep(self.chunk_s)
-                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    await self._wait(self.chunk_s)
                 self.stream_chunks.append((rid, time.monotonic()))
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                if fault is not None and fault.kind == "stall":
+                    await until_gone(request)
                 if fault is not None and fault.kind in ("stall", "truncate"):
-                    await asyncio.sleep(fault.delay_s)
                     request.transport.close()
                     self.aborted += 1
                     return response, True
-            await response.write(b"data: [DONE]\n\n")
+            # Counted before [DONE] leaves: a client that has its result finds it counted.
+            self.outcomes["ok"] += 1
+            try:
+                await response.write(b"data: [DONE]\n\n")
+            except ConnectionError:
+                self.outcomes["ok"] -= 1
+                raise
         except ConnectionError:
             self.aborted += 1
             return response, True
-        self.outcomes["ok"] += 1
         return response, False
+
+    async def _wait(self, seconds: float) -> None:
+        """A gap in a stream: on the client's `clock` when there is one, else slept."""
+        if self.clock is None:
+            await asyncio.sleep(seconds)
+        elif seconds:
+            self.clock.advance(seconds)
 
     async def _answer(self, request: web.Request, input_ids: Any, sampling: dict[str, Any], rid: str) -> web.StreamResponse:
         fault = self._fault_for(input_ids)
@@ -574,6 +637,9 @@ class SGLangLoopbackServer:
                 return web.Response(status=200)
             if fault.kind == "slow":
                 await asyncio.sleep(fault.delay_s)
+            if fault.kind == "hang":
+                await until_gone(request)
+                return web.Response(status=200)
         status, result = await self._one(input_ids, sampling, rid)
         self.outcomes["ok" if status == 200 else str(status)] += 1
         if fault is not None and fault.kind == "nan" and status == 200:
