@@ -36,6 +36,12 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
 
 
+def clear_stale(path: Path) -> None:
+    """Remove what a killed writer of this file left (any pid: each file belongs to one shard)."""
+    for stale in path.parent.glob(f".{path.name}.*{TMP_SUFFIX}"):
+        stale.unlink(missing_ok=True)
+
+
 def publish(tmp: Path, path: Path) -> None:
     kill_point("hidden_states.before_rename")
     os.replace(tmp, path)
@@ -75,6 +81,7 @@ class SpeculatorsLayout:
 
         tensors = {"token_ids": torch.from_numpy(item.input_ids).to(torch.int64),
                    "hidden_states": torch.stack(states, dim=1).contiguous()}
+        clear_stale(path)
         tmp = temp_path(path)
         save_file(tensors, str(tmp))
         publish(tmp, path)
@@ -122,6 +129,7 @@ class SpecForgeLayout:
                 "loss_mask": torch.from_numpy(item.loss_mask).to(torch.int64),
                 "hidden_state": normed.to(torch.bfloat16).unsqueeze(0).contiguous(),
                 "aux_hidden_state": torch.cat(states[:-1], dim=-1).to(torch.bfloat16).unsqueeze(0).contiguous()}
+        clear_stale(path)
         tmp = temp_path(path)
         torch.save(data, tmp)
         publish(tmp, path)

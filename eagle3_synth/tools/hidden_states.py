@@ -274,7 +274,8 @@ def write_states(model: Any, plan: Plan, layout: Any, options: HiddenStatesOptio
             states, normed = compute_batch(capture, batch, device)
             for row, item in enumerate(batch):
                 t = len(item.input_ids)
-                layout.write(layout.path(item), item, [s[row, :t] for s in states], normed[row, :t])
+                # Cloned: a view would drag the whole batch's storage into torch.save's file.
+                layout.write(layout.path(item), item, [s[row, :t].clone() for s in states], normed[row, :t].clone())
                 written += 1
                 bar.update(t)
     return written
