@@ -80,7 +80,7 @@ class SpeculatorsLayout:
         from safetensors.torch import save_file
 
         tensors = {"token_ids": torch.from_numpy(item.input_ids).to(torch.int64),
-                   "hidden_states": torch.stack(states, dim=1).contiguous()}
+                   "hidden_states": torch.stack(states, dim=1)}
         clear_stale(path)
         tmp = temp_path(path)
         save_file(tensors, str(tmp))
@@ -127,8 +127,9 @@ class SpecForgeLayout:
 
         data = {"input_ids": torch.from_numpy(item.input_ids).to(torch.int64),
                 "loss_mask": torch.from_numpy(item.loss_mask).to(torch.int64),
-                "hidden_state": normed.to(torch.bfloat16).unsqueeze(0).contiguous(),
-                "aux_hidden_state": torch.cat(states[:-1], dim=-1).to(torch.bfloat16).unsqueeze(0).contiguous()}
+                # A copy: torch.save writes a view's whole storage (here the batch's).
+                "hidden_state": normed.to(torch.bfloat16, copy=True).unsqueeze(0),
+                "aux_hidden_state": torch.cat(states[:-1], dim=-1).to(torch.bfloat16).unsqueeze(0)}
         clear_stale(path)
         tmp = temp_path(path)
         torch.save(data, tmp)
