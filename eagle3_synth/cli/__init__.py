@@ -30,6 +30,7 @@ COMMANDS = {
     "validate": "validate",
     "export": "export",
     "vocab": "vocab",
+    "hidden-states": "hidden_states",
     "plan": "plan",
     "publish": "publish",
     "doctor": "doctor",

@@ -1,0 +1,147 @@
+"""`eagle3-synth hidden-states DIR CONFIG --format speculators --prepared PREP | --format specforge --out OUT`.
+
+The target model's hidden states for the rows `export --format ids` writes (same --train-on,
+--max-length, --overlong), computed with transformers on any device and written as each trainer
+reads them:
+
+  speculators  PREP/hidden_states/hs_<i>.safetensors, i the row of the dataset speculators'
+               `prepare-data --output PREP` saved from our export (it shuffles; rows are matched by
+               their token ids): token_ids [T], hidden_states [T, n_aux+1, H] (the --layers, then
+               the final state before the norm). Then: speculators train --data-path PREP
+               --target-layer-ids <the layers> --on-missing raise ...
+  specforge    OUT/<config>-<sample_id>.ckpt: input_ids, loss_mask, hidden_state [1, T, H] (after
+               the norm), aux_hidden_state [1, T, 3H], bf16. Then: specforge train ... mode=offline
+               data.hidden_states_path=OUT (a model with no index or a tied head: also
+               model.target_model_path=OUT/target_model, written here).
+
+--layers are vLLM's ids: 0 = embeddings, i = the input of decoder layer i, n = the last layer's
+output before the final norm; the default is the trainers' own ([2, n//2, n-3]). It prints the
+rows, tokens and bytes first (--dry-run: only that); a rerun skips finished files and redoes torn
+ones; --num-shards/--shard-index split the files between processes. --check then compares
+lm_head(norm(stored state)) with the model's own logits (and, on greedy data, its argmax with the
+next output id).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.run.shards import Shard
+from eagle3_synth.tools.export import OVERLONG
+from eagle3_synth.tools.hidden_layers import DRAFTERS
+from eagle3_synth.tools.hidden_layouts import LAYOUTS
+from eagle3_synth.tools import specforge_target
+from eagle3_synth.tools.hidden_check import check_files
+from eagle3_synth.tools.hidden_states import (DTYPES, HiddenStatesOptions, load_model, prepare, record_manifest,
+                                              recorded_temperature, write_states)
+from eagle3_synth.tools.training import TRAIN_ON
+from eagle3_synth.cli.data_options import add_source_argument, open_config
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("hidden-states", help="the target's hidden states in speculators' or SpecForge's layout",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_source_argument(parser)
+    parser.add_argument("config", metavar="CONFIG", help="config name, e.g. B1_glaive")
+    parser.add_argument("--format", required=True, choices=sorted(LAYOUTS))
+    parser.add_argument("--prepared", metavar="PREP", help="speculators: the folder `speculators prepare-data` wrote")
+    parser.add_argument("--out", metavar="OUT", help="specforge: the folder the .ckpt files go to")
+    parser.add_argument("--model", help="target model folder (default: the one recorded with the data)")
+    parser.add_argument("--drafter", choices=DRAFTERS, default="eagle3", help="whose default --layers (default eagle3)")
+    parser.add_argument("--layers", type=int, nargs="+", metavar="ID", help="vLLM layer ids of the aux states")
+    rows = parser.add_argument_group("rows (as `export --format ids`)")
+    rows.add_argument("--train-on", choices=TRAIN_ON, default="output", help="loss mask: every output token or the response")
+    rows.add_argument("--max-length", type=int, metavar="L", help="rows over L tokens are dropped (see --overlong)")
+    rows.add_argument("--overlong", choices=OVERLONG, default="drop", help="--max-length: drop (default) or truncate")
+    compute = parser.add_argument_group("compute")
+    compute.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    compute.add_argument("--device-map", metavar="MAP", help="e.g. auto: spread a model larger than one GPU (accelerate)")
+    compute.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="model and stored dtype (default bfloat16; "
+                         "specforge always stores bf16)")
+    compute.add_argument("--batch-tokens", type=int, default=HiddenStatesOptions.batch_tokens, metavar="N",
+                         help="padded tokens per forward pass (rows batched by length)")
+    compute.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code")
+    run_group = parser.add_argument_group("run")
+    run_group.add_argument("--dry-run", action="store_true", help="print the rows, tokens and bytes, write nothing")
+    run_group.add_argument("--max-bytes", type=int, metavar="B", help="refuse a run that would write more than B bytes")
+    run_group.add_argument("--num-shards", type=int, default=1, metavar="N", help="split the files into N shards")
+    run_group.add_argument("--shard-index", type=int, default=0, metavar="I", help="which shard this process writes")
+    run_group.add_argument("--check", action="store_true", help="then check every file of this shard against the model")
+    run_group.add_argument("--no-progress", action="store_true", help="no progress bar (it is off when stderr is no TTY)")
+    parser.set_defaults(run=run)
+
+
+def _folder(args: argparse.Namespace) -> Path:
+    wanted, other = ("prepared", "out") if args.format == "speculators" else ("out", "prepared")
+    if getattr(args, other):
+        raise ConfigError(f"--{other} does not apply to --format {args.format}; pass --{wanted}")
+    if not getattr(args, wanted):
+        raise ConfigError(f"--format {args.format} needs --{wanted}")
+    return Path(getattr(args, wanted))
+
+
+def run(args: argparse.Namespace) -> int:
+    source, config = open_config(args)
+    provenance = source.provenance(config)
+    model = args.model or provenance.model
+    if not model:
+        raise ConfigError(f"which model made this data is not recorded ({provenance.origin}); pass --model PATH")
+    if not args.model and not Path(model).exists():
+        raise ConfigError(f"the data was made with the model {model!r} (from {provenance.origin}), which is not here; "
+                          "pass --model PATH")
+    if args.max_bytes is not None and args.max_bytes < 0:
+        raise ConfigError(f"--max-bytes must be >= 0, got {args.max_bytes}")
+    options = HiddenStatesOptions(
+        config=config, fmt=args.format, folder=_folder(args),
+        model=str(Path(model).resolve()) if Path(model).exists() else model, drafter=args.drafter,
+        layers=tuple(args.layers) if args.layers else None, train_on=args.train_on, max_length=args.max_length,
+        overlong=args.overlong, device=args.device, device_map=args.device_map, dtype=args.dtype,
+        batch_tokens=args.batch_tokens, shard=Shard(args.shard_index, args.num_shards),
+        trust_remote_code=args.trust_remote_code)
+    return _run(source, options, args)
+
+
+def _run(source: object, options: HiddenStatesOptions, args: argparse.Namespace) -> int:
+    from transformers import AutoConfig
+
+    try:
+        model_config = AutoConfig.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the config of the model {options.model!r}: {exc}") from exc
+    plan, layout = prepare(source, options, model_config)
+    print(f"{options.config} -> {layout.folder} ({options.fmt}, {options.shard}):")
+    for line in plan.lines():
+        print(f"  {line}")
+    if args.dry_run:
+        return 0
+    if args.max_bytes is not None and plan.pending_bytes > args.max_bytes:
+        raise ConfigError(f"this run would write about {plan.pending_bytes} bytes, over --max-bytes {args.max_bytes}")
+    record_manifest(plan, layout, options)
+    target_folder = layout.folder / "target_model"
+    needs_target = options.fmt == "specforge" and not specforge_target.usable_as_is(Path(options.model))
+    model = None
+    if plan.pending or args.check or (needs_target and not (target_folder / specforge_target.INDEX_FILE).is_file()):
+        model = load_model(options)
+    written = write_states(model, plan, layout, options, progress=False if args.no_progress else None) if plan.pending else 0
+    print(f"  wrote {written} files")
+    if options.fmt == "speculators":
+        print(f"  train: speculators train --data-path {options.folder} --target-layer-ids {' '.join(map(str, plan.layers))} "
+              "--on-missing raise ...")
+    else:
+        target = options.model
+        if needs_target:
+            if model is not None:
+                specforge_target.write_target_folder(model, Path(options.model), target_folder)
+            target = str(target_folder)
+        print(f"  train: specforge train ... mode=offline data.hidden_states_path={layout.folder} "
+              f"model.target_model_path={target}")
+    if args.check:
+        greedy = recorded_temperature(source, options.config) == 0
+        report = check_files(model, layout, plan.items, LAYOUTS[options.fmt].fixed_dtype or options.dtype, greedy)
+        for line in report.lines():
+            print(f"  {line}")
+        if not report.ok:
+            return 1
+    return 0
