@@ -23,6 +23,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             lines += _differences(a, b, f"{prefix}{key}.")
+        elif key not in old:
+            lines.append(f"{prefix}{key}: not recorded by the run (started by an eagle3-synth without this field; "
+                         f"finish it with that version, or start a new --run-dir), this command has {b!r}")
         elif a != b:
             lines.append(f"{prefix}{key}: run has {a!r}, this command has {b!r}")
     return lines

@@ -142,3 +142,14 @@ def test_engine_args_that_change_what_the_model_computes_are_fingerprinted_and_t
     assert fingerprint_of(batch_size=1, device="cpu") == base
     for name, value in (("kv_cache_dtype", "fp8_e4m3"), ("quantization", "fp8"), ("dtype", "float16")):
         assert fingerprint_of(engine="sglang", engine_args={name: value, "tp_size": 8}) != base, name
+
+
+def test_a_field_a_run_did_not_record_is_named_with_what_to_do():
+    """A run started by an older version lacks fields added since: the refusal says so, not 'None'."""
+    from eagle3_synth.run.fingerprint import _differences
+
+    lines = _differences({"model": {"model": "m"}}, {"model": {"model": "m", "engine_args": {}}})
+    assert lines == ["model.engine_args: not recorded by the run (started by an eagle3-synth without this field; "
+                     "finish it with that version, or start a new --run-dir), this command has {}"]
+    assert _differences({"sampling": {"temperature": 0.6}}, {"sampling": {"temperature": 0.7}}) == [
+        "sampling.temperature: run has 0.6, this command has 0.7"]
