@@ -17,7 +17,7 @@ from eagle3_synth.cluster.shard_status import (FAILED_STATE, PENDING, SCHEDULER_
 
 # Options holding local paths: made absolute, since a task runs elsewhere (another node, or a Ray
 # worker whose working directory is not the launcher's).
-_PATH_FIELDS = ("model", "tokenizer", "profile_file", "config_file", "prompts", "replay", "run_dir")
+_PATH_FIELDS = ("model", "tokenizer", "profile_file", "config_file", "prompts", "replay")
 
 
 def portable(settings: GenerationSettings) -> GenerationSettings:
@@ -28,7 +28,10 @@ def portable(settings: GenerationSettings) -> GenerationSettings:
             return path
         return str(Path(path).resolve())
 
-    return replace(settings, **{name: absolute(getattr(settings, name)) for name in _PATH_FIELDS},
+    run_dir = settings.run_dir
+    if run_dir and "://" not in run_dir:  # made by the first task: absolute though it does not exist yet
+        run_dir = str(Path(run_dir).resolve())
+    return replace(settings, **{name: absolute(getattr(settings, name)) for name in _PATH_FIELDS}, run_dir=run_dir,
                    source_files=tuple(absolute(path) or path for path in settings.source_files))
 
 

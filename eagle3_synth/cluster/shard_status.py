@@ -51,6 +51,7 @@ class ShardStatus:
     results: int  # journaled results of this shard's sessions (every turn)
     seconds: float  # generating time of those sessions, summed
     marked: bool  # datatrove's completion marker exists
+    span: tuple[float, float] | None = None  # first session's start, last journal write (epoch seconds)
     scheduler: str | None = None  # the scheduler's word for the task (Slurm: RUNNING, FAILED ...), if known
     state: str = PENDING
     log: str = ""  # the file to read about this task
@@ -71,6 +72,7 @@ class LaunchStatus:
     tasks: int
     executor: str
     shards: list[ShardStatus] = field(default_factory=list)
+    prepared: bool = True  # prompts.jsonl is there (before it, no shard knows its samples)
 
     def named(self, state: str) -> list[int]:
         return [s.index for s in self.shards if s.state == state]
@@ -82,11 +84,15 @@ class LaunchStatus:
     def lines(self) -> list[str]:
         total = sum(s.rollouts for s in self.shards)
         done = sum(s.done for s in self.shards)
-        rate = sum(s.rate for s in self.shards if s.state in (RUNNING, PENDING) and s.rate)
+        # All shards together: results over the wall time from the first start to the last write.
+        spans = [s.span for s in self.shards if s.span]
+        wall = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
+        rate = sum(s.results for s in self.shards) / wall if wall > 0 else 0.0
         counts = ", ".join(f"{len(self.named(state))} {state}" for state in (DONE, RUNNING, FAILED_STATE, PENDING))
         eta = format_duration((total - done) / rate) if rate and done < total else ("0s" if done >= total else "unknown")
-        lines = [f"{self.config}: {self.tasks} shards via {self.executor} ({counts}); {done}/{total} samples, "
-                 f"{rate:.2f} samples/s now, ETA {eta}"]
+        progress = (f"{done}/{total} samples, {rate:.2f} samples/s, ETA {eta}" if self.prepared
+                    else "prompts not prepared yet (the first tasks prepare them)")
+        lines = [f"{self.config}: {self.tasks} shards via {self.executor} ({counts}); {progress}"]
         width = len(str(self.tasks - 1))
         for s in self.shards:
             extra = f", {s.failed_samples} failed samples" if s.failed_samples else ""
@@ -127,6 +133,7 @@ def shard_statuses(run_dir: str, config: str, tasks: int, executor: str,
     fs, root = run.fs, posixpath.join(run.root, LAUNCH_DIR, f"tasks-{tasks}")
     status = LaunchStatus(config=config, run_dir=run_dir, tasks=tasks, executor=executor)
     ready = run.exists() and run.prompts_ready
+    status.prepared = ready
     index = run.scan() if ready else None
     slots = run.prompt_slots() if ready else None
     per_file = (np.bincount(index.file_index, minlength=len(index.files)) if index is not None and len(index.files)
@@ -138,7 +145,7 @@ def shard_statuses(run_dir: str, config: str, tasks: int, executor: str,
             files_by_shard.setdefault(int(header.get("shard_index", 0)), []).append(number)
     for rank in range(tasks):
         rollouts = done = failed = results = 0
-        seconds = 0.0
+        seconds, span = 0.0, None
         if ready:
             states = rollout_states(slots, index, Shard(index=rank, count=tasks), retry_errors=False)
             rollouts, done, failed = len(states.state), int((~states.unfinished).sum()), states.count(FAILED)
@@ -150,9 +157,10 @@ def shard_statuses(run_dir: str, config: str, tasks: int, executor: str,
                 span = spans.setdefault(header["session"], [_parse_time(header["started"]), modified])
                 span[1] = max(span[1], modified)
             seconds = sum(max(end, start + 1e-9) - start for start, end in spans.values())
+            span = (min(a for a, _ in spans.values()), max(b for _, b in spans.values())) if spans else None
         marked = fs.exists(posixpath.join(root, completion_marker(rank)))
         shard = ShardStatus(index=rank, rollouts=rollouts, done=done, failed_samples=failed, results=results,
-                            seconds=seconds, marked=marked, scheduler=(scheduler or {}).get(rank),
+                            seconds=seconds, span=span, marked=marked, scheduler=(scheduler or {}).get(rank),
                             log=posixpath.join(folder, task_log(rank)))
         shard.state = _state(shard, ready, finished)
         status.shards.append(shard)
