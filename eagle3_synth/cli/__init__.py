@@ -25,6 +25,8 @@ from eagle3_synth.errors import Eagle3SynthError
 COMMANDS = {
     "build": "build",
     "generate": "generate",
+    "launch": "launch",
+    "status": "status",
     "inspect": "inspect",
     "stats": "stats",
     "validate": "validate",

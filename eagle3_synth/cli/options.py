@@ -21,6 +21,7 @@ from eagle3_synth.run.preflight import check_number, check_top_k
 from eagle3_synth.run.progress import RunSummary
 from eagle3_synth.run.staging import DryRun
 from eagle3_synth.run.settings import PRIORITIES, GenerationSettings
+from eagle3_synth.run.shards import AUTO
 from eagle3_synth.run.spec import SamplingSpec
 
 
@@ -34,6 +35,16 @@ def parse_key_value(text: str, option: str) -> tuple[str, Any]:
     except json.JSONDecodeError:
         value = raw
     return key.strip(), value
+
+
+def shard_number(text: str) -> int | str:
+    """--shard-index/--num-shards: a whole number, or `auto` (read from the launcher's environment)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or {AUTO}, got {text!r}") from None
 
 
 def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool = False) -> None:
@@ -131,10 +142,12 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                      help="where results are journaled: a local path or any fsspec URL (s3://bucket/run)"
                      + ("" if sharded else "; default: OUT/.runs/CONFIG"))
     if sharded:
-        run.add_argument("--num-shards", type=int, default=GenerationSettings.num_shards, metavar="N",
-                         help="split the config into N shards: shard I gets the samples with sample_id %% N == I")
-        run.add_argument("--shard-index", type=int, default=GenerationSettings.shard_index, metavar="I",
-                         help="which shard this process generates")
+        run.add_argument("--num-shards", type=shard_number, default=GenerationSettings.num_shards, metavar="N",
+                         help="split the config into N shards: shard I gets the samples with sample_id %% N == I; "
+                         "auto (with --shard-index auto): SLURM_ARRAY_TASK_COUNT, else WORLD_SIZE")
+        run.add_argument("--shard-index", type=shard_number, default=GenerationSettings.shard_index, metavar="I",
+                         help="which shard this process generates; auto: SLURM_ARRAY_TASK_ID (from the array's "
+                         "first), else RANK")
     run.add_argument("--max-hours", type=float, metavar="H",
                      help="stop handing out prompts after H hours, leaving a resumable run (exit status 75)")
     run.add_argument("--retry-errors", action="store_true", help="generate again the samples that failed before")

@@ -29,7 +29,7 @@ from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix
-from eagle3_synth.run.shards import Shard
+from eagle3_synth.run.shards import Shard, resolve_auto
 from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
 
 log = logging.getLogger(__name__)
@@ -125,9 +125,10 @@ class GenerationSettings:
     # -- run --
     # Where results are journaled: a local path or any fsspec URL; None = the caller's default.
     run_dir: str | None = None
-    # This process's share: the samples with sample_id % num_shards == shard_index.
-    num_shards: int = Shard.count
-    shard_index: int = Shard.index
+    # This process's share: the samples with sample_id % num_shards == shard_index; both "auto":
+    # read from a Slurm array's or torchrun's environment (`shards.shard_from_environment`).
+    num_shards: int | str = Shard.count
+    shard_index: int | str = Shard.index
     # Stop handing out prompts after this many hours, leaving a resumable run.
     max_hours: float | None = RunOptions.max_hours
     # Generate again the samples that failed before.
@@ -167,7 +168,8 @@ class GenerationSettings:
         check_sampling(1 if self.max_new_tokens is None else self.max_new_tokens, self.temperature, self.top_p)
         self.template_kwarg_mix = check_kwarg_mix(self.template_kwarg_mix, "--template-kwarg-mix")
         ConversationPlan(turns=self.turns or "last", samples_per_prompt=self.samples_per_prompt)
-        Shard(index=self.shard_index, count=self.num_shards)
+        shard = resolve_auto(self.shard_index, self.num_shards)
+        self.shard_index, self.num_shards = shard.index, shard.count
 
     @property
     def generates(self) -> bool:

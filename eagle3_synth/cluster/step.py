@@ -1,0 +1,62 @@
+"""The datatrove pipeline step: rank R of W generates shard R of W of a config into the run directory.
+
+Executors pickle the step by reference (Slurm: dill into executor.pik, loaded by the
+`launch_pickled_pipeline` console script on the node, datatrove/executor/slurm.py:290,307; Ray:
+`ray.put`, datatrove/executor/ray.py:509), so it lives in this installed package and holds only
+plain data: the config name and the generation settings `eagle3-synth generate` would build.
+
+The step returns normally only when the journal has a result for every rollout of its shard:
+datatrove writes its completion marker exactly when the step returns (base.py:148), so a shard
+interrupted by preemption, `--max-hours` or SIGTERM raises instead and stays unfinished; the next
+launch runs it again and it resumes from its journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+from datatrove.pipeline.base import PipelineStep
+
+from eagle3_synth.errors import RunIncomplete
+from eagle3_synth.run.generate import generate
+from eagle3_synth.run.kill_points import KILL_ENV
+from eagle3_synth.run.settings import GenerationSettings
+
+from eagle3_synth.cluster.shard_status import shard_statuses
+
+
+class GenerateShard(PipelineStep):
+    """One shard of `config`'s generation per datatrove rank (rank -> shard index, world size -> count)."""
+
+    name = "eagle3-synth generate"
+    type = "generation"
+
+    def __init__(self, config: str, settings: GenerationSettings):
+        super().__init__()
+        self.config = config
+        self.settings = settings
+        # The crash-test hook (run/kill_points.py) of the launching process travels with the step:
+        # executors start tasks in environments of their own (a Ray worker's is the raylet's).
+        self.kill_at = os.environ.get(KILL_ENV)
+
+    def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
+        if self.kill_at:
+            os.environ[KILL_ENV] = self.kill_at
+        else:
+            os.environ.pop(KILL_ENV, None)
+        if not logging.getLogger().handlers:  # launch_pickled_pipeline configures no logging of ours
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+        settings = replace(self.settings, shard_index=rank, num_shards=world_size)
+        summary = generate(*settings.resolve(self.config))
+        for line in summary.lines():
+            print(line, flush=True)
+        shard = shard_statuses(settings.run_dir, self.config, world_size, "", {}).shards[rank]
+        self.stat_update("samples_generated", value=summary.generated)
+        if not shard.covered:
+            raise RunIncomplete(f"{self.config} shard {rank} of {world_size}: {shard.rollouts - shard.done} of "
+                                f"{shard.rollouts} samples have no result yet ({summary.stopped or 'stopped early'}); "
+                                "launch again to continue it")
