@@ -181,7 +181,10 @@ def check_numbers(args: argparse.Namespace) -> None:
     """Each number option in its range (`NUMBER_RANGES`, and --top-k as SGLang reads it): one
     line naming the option, before anything loads."""
     for dest, (option, bounds) in NUMBER_RANGES.items():
-        check_number(getattr(args, dest, None), option, **bounds)
+        value = getattr(args, dest, None)
+        if isinstance(value, str):  # --shard-index/--num-shards auto: resolved and checked by run/shards.py
+            continue
+        check_number(value, option, **bounds)
     check_top_k(args.top_k)
 
 
