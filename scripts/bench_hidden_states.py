@@ -24,7 +24,8 @@ import torch
 
 from eagle3_synth.tools.hidden_layers import model_parts
 from eagle3_synth.tools.hidden_layouts import LAYOUTS, Item
-from eagle3_synth.tools.hidden_states import HiddenStatesOptions, Plan, batches_by_length, load_model, write_states
+from eagle3_synth.tools.hidden_states import (HiddenStatesOptions, Plan, batches_by_length, load_model, padded_batch,
+                                              write_states)
 
 TINY = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models" / "tiny-kimi"
 LAYERS = [0, 1, 2]
@@ -46,12 +47,7 @@ def bare(model, items: list[Item], batch_tokens: int) -> float:
     parts = model_parts(model)
     start = time.perf_counter()
     for batch in batches_by_length(items, batch_tokens):
-        width = max(len(it.input_ids) for it in batch)
-        ids = torch.zeros((len(batch), width), dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, it in enumerate(batch):
-            ids[row, : len(it.input_ids)] = torch.from_numpy(it.input_ids)
-            mask[row, : len(it.input_ids)] = 1
+        ids, mask = padded_batch(batch)  # the command's own padding: only the forward differs
         with torch.inference_mode():
             parts.base(input_ids=ids, attention_mask=mask, use_cache=False)
     return time.perf_counter() - start

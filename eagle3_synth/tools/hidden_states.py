@@ -245,8 +245,8 @@ def input_device(model: Any) -> Any:
     return model.get_input_embeddings().weight.device
 
 
-def compute_batch(capture: LayerCapture, batch: list[Item], device: Any) -> tuple[list[Any], Any]:
-    """One forward over `batch`, right-padded: ([states per layer, each [B, T, H]], normed [B, T, H]) on the CPU."""
+def padded_batch(batch: list[Item]) -> tuple[Any, Any]:
+    """`batch`'s ids right-padded into one [B, T] tensor, with its attention mask."""
     import torch
 
     width = max(len(item.input_ids) for item in batch)
@@ -255,6 +255,14 @@ def compute_batch(capture: LayerCapture, batch: list[Item], device: Any) -> tupl
     for row, item in enumerate(batch):
         ids[row, : len(item.input_ids)] = torch.from_numpy(item.input_ids)
         mask[row, : len(item.input_ids)] = 1
+    return ids, mask
+
+
+def compute_batch(capture: LayerCapture, batch: list[Item], device: Any) -> tuple[list[Any], Any]:
+    """One forward over `batch`, right-padded: ([states per layer, each [B, T, H]], normed [B, T, H]) on the CPU."""
+    import torch
+
+    ids, mask = padded_batch(batch)
     with torch.inference_mode():
         states, normed = capture.run(ids.to(device), mask.to(device))
     return [s.cpu() for s in states], normed.cpu()
