@@ -239,7 +239,7 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         turns=args.turns,
         samples_per_prompt=args.samples_per_prompt,
         template_kwarg_mix=parse_kwarg_mix(args.template_kwarg_mix) if args.template_kwarg_mix else (),
-        sampling_mix=args.sampling_mix,
+        sampling_mix=args.sampling_mix or (),
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
