@@ -42,6 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="specforge/modelopt: one record per row instead of per rollout (its last turn)")
     parser.add_argument("--max-length", type=int, metavar="L",
                         help="rows over L total tokens (prompt + output) are dropped (see --overlong)")
+    parser.add_argument("--min-loss-tokens", type=int, default=0, metavar="N",
+                        help="leave out rows with fewer than N tokens under the loss mask, counted (a block "
+                        "drafter needs at least 2 x its block size: see README)")
     parser.add_argument("--overlong", choices=OVERLONG, default="drop",
                         help="--max-length: drop longer rows (default), or truncate them (--format ids: ids and "
                         "mask past L removed)")
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     options = ExportOptions(config=config, tokenizer=tokenizer, profile=profile, markers=markers, message_form=form,
                             train_on=args.train_on, text=not args.no_text, include_unfinished=args.include_unfinished,
                             include_other_stops=args.include_other_stops, every_turn=args.every_turn,
-                            max_length=args.max_length, overlong=args.overlong)
+                            max_length=args.max_length, overlong=args.overlong, min_loss_tokens=args.min_loss_tokens)
     summary = export_rows(source.iter_batches(config), args.format, args.out, options)
     print(f"{config}: wrote {summary.written} records to {summary.path} ({args.format})")
     for reason, count in sorted(summary.counts.items()):

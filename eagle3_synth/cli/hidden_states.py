@@ -55,6 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     rows.add_argument("--train-on", choices=TRAIN_ON, default="output", help="loss mask: every output token or the response")
     rows.add_argument("--max-length", type=int, metavar="L", help="rows over L tokens are dropped (see --overlong)")
     rows.add_argument("--overlong", choices=OVERLONG, default="drop", help="--max-length: drop (default) or truncate")
+    rows.add_argument("--min-loss-tokens", type=int, default=0, metavar="N",
+                      help="leave out rows with fewer than N tokens under the loss mask (block drafters: see README)")
     compute = parser.add_argument_group("compute")
     compute.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     compute.add_argument("--device-map", metavar="MAP", help="e.g. auto: spread a model larger than one GPU (accelerate)")
@@ -97,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         config=config, fmt=args.format, folder=_folder(args),
         model=str(Path(model).resolve()) if Path(model).exists() else model, drafter=args.drafter,
         layers=tuple(args.layers) if args.layers else None, train_on=args.train_on, max_length=args.max_length,
-        overlong=args.overlong, device=args.device, device_map=args.device_map, dtype=args.dtype,
+        overlong=args.overlong, min_loss_tokens=args.min_loss_tokens, device=args.device, device_map=args.device_map, dtype=args.dtype,
         batch_tokens=args.batch_tokens, shard=Shard(args.shard_index, args.num_shards),
         trust_remote_code=args.trust_remote_code)
     return _run(source, options, args)

@@ -100,6 +100,11 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     talks.add_argument("--template-kwarg-mix", metavar="MIX", default="",
                        help="template kwargs drawn per rollout by a seeded draw (--selection-seed), e.g. "
                        "thinking=true:0.7,thinking=false:0.3 (several kwargs: a=1+b=2:0.5); recorded per row")
+    talks.add_argument("--sampling-mix", metavar="MIX", default="",
+                       help="sampling drawn per rollout by a seeded draw (--selection-seed), over --temperature, "
+                       "--top-p, --top-k, --min-p, e.g. temperature=0.0:0.2,temperature=0.6:0.5,temperature=1.0:0.3 "
+                       "(several values: temperature=0.6+top_p=0.95:0.5); every turn of a rollout uses its "
+                       "rollout's; recorded per row in `sampling`")
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--max-new-tokens", type=int,
                           help=f"cap on output tokens (default: the config's, {SamplingSpec.max_new_tokens})")
@@ -109,6 +114,9 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                           help=f"nucleus sampling cut (default: {GenerationSettings.top_p}, off)")
     sampling.add_argument("--top-k", type=int, default=GenerationSettings.top_k,
                           help=f"top-k cut (default: {GenerationSettings.top_k}, off)")
+    sampling.add_argument("--min-p", type=float, default=GenerationSettings.min_p,
+                          help="min-p cut: drop tokens below MIN_P x the top token's probability "
+                          f"(SGLang's min_p; default: {GenerationSettings.min_p}, off)")
     sampling.add_argument("--seed", type=int, default=GenerationSettings.seed,
                           help="sampling seed, per sample where the engine allows "
                           f"(default: {GenerationSettings.seed})")
@@ -167,6 +175,7 @@ NUMBER_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "max_new_tokens": ("--max-new-tokens", {"minimum": 1}),
     "temperature": ("--temperature", {"minimum": 0}),
     "top_p": ("--top-p", {"above": 0, "maximum": 1}),
+    "min_p": ("--min-p", {"minimum": 0, "maximum": 1}),
     "batch_size": ("--batch-size", {"minimum": 1}),
     "max_in_flight": ("--max-in-flight", {"minimum": 1}),
     "request_timeout": ("--request-timeout", {"above": 0}),
@@ -246,10 +255,12 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         turns=args.turns,
         samples_per_prompt=args.samples_per_prompt,
         template_kwarg_mix=parse_kwarg_mix(args.template_kwarg_mix) if args.template_kwarg_mix else (),
+        sampling_mix=args.sampling_mix or (),
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
+        min_p=args.min_p,
         seed=args.seed,
         engine=args.engine,
         replay=args.replay,

@@ -25,8 +25,12 @@ _SCHEMA = (
     ("stop_index", "int32"), ("finish_reason", "string"), ("prompt_tokens", "int32"), ("completion_tokens", "int32"),
     ("messages", "string"), ("tools", "string"),
     ("conversation_id", "int64"), ("turn", "int32"), ("sample_index", "int32"), ("template_kwargs", "string"),
+    ("sampling", "string"),
 )
 COLUMNS = tuple(name for name, _ in _SCHEMA)
+# Columns added after data was first published, and what a row written before them reads as: a
+# folder or repo built by an older version still loads (`dataset/stores.py` fills them in).
+LATER_COLUMNS = {"sampling": ""}
 
 
 def _features():  # noqa: ANN202 - datasets.Features
@@ -73,6 +77,10 @@ class PreparedPrompt:
     sample_index: int = 0
     template_kwargs: dict[str, Any] | None = None
     script: list[dict[str, Any]] | None = None
+    # The rollout's sampling (`contract/sampling.py`: temperature, top_p, top_k, min_p,
+    # max_new_tokens and the run's seed; each turn draws with seed + its sample id); None: the
+    # run's (a run directory made before rollouts carried it).
+    sampling: dict[str, Any] | None = None
 
     @property
     def conversation(self) -> int:
@@ -118,6 +126,7 @@ def make_row(
     turn: int = 0,
     sample_index: int = 0,
     template_kwargs_json: str = "{}",
+    sampling_json: str = "",
 ) -> dict[str, Any]:
     """One dataset row; ids are stored as given, boundaries computed from them."""
     if finish_reason not in FINISH_REASONS:
@@ -147,4 +156,5 @@ def make_row(
         "turn": turn,
         "sample_index": sample_index,
         "template_kwargs": template_kwargs_json,
+        "sampling": sampling_json,
     }

@@ -64,8 +64,23 @@ def shard_fingerprint(folder: Path, config: str) -> str | None:
 
 
 def built_configs(folder: Path) -> list[str]:
-    """Configs with Parquet files in the folder, sorted (B1 before B2 ...)."""
-    return sorted({p.parent.name for p in Path(folder).glob("*/train-*.parquet") if not p.parent.name.startswith(".")})
+    """Configs with Parquet files in the folder, sorted (B1 before B2 ...).
+
+    Dot folders (another build's `.assemble-*` staging, `.runs`) are never looked into: a build
+    running beside this one removes its staging folder at any moment, and `Path.glob("*/...")`
+    would fail on a folder listed and then gone (pathlib's `_scandir`: FileNotFoundError)."""
+    try:
+        entries = [entry for entry in os.scandir(folder) if not entry.name.startswith(".") and entry.is_dir()]
+    except FileNotFoundError:
+        return []
+    return sorted(entry.name for entry in entries if _has_shards(Path(entry.path)))
+
+
+def _has_shards(config_folder: Path) -> bool:
+    try:
+        return any(config_folder.glob("train-*.parquet"))
+    except FileNotFoundError:  # removed since it was listed
+        return False
 
 
 def config_files(folder: Path, config: str) -> list[Path]:

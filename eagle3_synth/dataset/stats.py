@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from eagle3_synth.contract.boundaries import reasoning_end
+from eagle3_synth.contract.sampling import is_lowered
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +39,7 @@ STATS_COLUMNS = (
     "tool_calls",
     "finish_reason",
     "turn",
+    "sampling",
 )
 # Trainers cap sequence length (EAGLE-3's reference drops rows over 2,048 tokens, SpecForge cuts at
 # 2,048 by default, speculators at 8,192): the share of rows over each, in total tokens.
@@ -81,6 +83,9 @@ class ConfigStats:
     share_short: float
     # finish_reason == "length": the engine hit max_new_tokens
     share_truncated: float
+    # of those, rows shorter than their own max_new_tokens (the `sampling` column): the engine
+    # lowered the cap to fit the context or its KV budget (`contract/sampling.py`)
+    share_lowered: float
     # think_end == -1: no reasoning-close marker in the output (no reasoning at all, reasoning cut
     # off, or reasoning ended implicitly by a tool-call section)
     share_no_think_end: float
@@ -108,7 +113,7 @@ def _to_table(data: Any) -> pa.Table:
     if hasattr(data, "with_format") and hasattr(data, "column_names"):  # datasets.Dataset
         keep = [c for c in STATS_COLUMNS if c in data.column_names]
         return data.select_columns(keep).with_format("arrow")[:]
-    rows = [{c: row.get(c, 0) for c in STATS_COLUMNS} for row in data]
+    rows = [{c: row.get(c, "" if c == "sampling" else 0) for c in STATS_COLUMNS} for row in data]
     from eagle3_synth.contract.row import FEATURES
 
     schema = pa.schema([FEATURES.arrow_schema.field(c) for c in STATS_COLUMNS])
@@ -132,6 +137,12 @@ def config_stats(data: pa.Table | Any | Iterable[Mapping[str, Any]], config: str
     tool_call_counts = pc.list_value_length(table.column("tool_calls")).fill_null(0).to_numpy()
     truncated = pc.equal(table.column("finish_reason"), "length").fill_null(False).to_numpy(zero_copy_only=False)
 
+    lowered = np.zeros(count, dtype=bool)
+    if "sampling" in table.column_names and truncated.any():
+        where = np.flatnonzero(truncated)
+        samplings = table.column("sampling").take(pa.array(where)).to_pylist()
+        lowered[where] = [is_lowered("length", int(output[i]), text) for i, text in zip(where, samplings)]
+
     has_reasoning = reasoning_start >= 0
     reasoning_tokens = np.where(has_reasoning, reasoning_end(think_end, response_start, output) - reasoning_start, 0)
     response_tokens = np.where(response_start >= 0, output - response_start, 0)
@@ -149,6 +160,7 @@ def config_stats(data: pa.Table | Any | Iterable[Mapping[str, Any]], config: str
         output_tokens=Quantiles.of(output),
         share_short=share(output < SHORT_OUTPUT_TOKENS),
         share_truncated=share(truncated),
+        share_lowered=share(lowered),
         share_no_think_end=share(think_end < 0),
         share_reasoning_unended=share(has_reasoning & (response_start < 0)),
         share_with_tool_calls=share(tool_call_counts > 0),
@@ -184,6 +196,7 @@ _TABLE_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("output min/med/p90/p99/max", lambda s: _quantiles(s.output_tokens)),
     (f"<{SHORT_OUTPUT_TOKENS} out", lambda s: _percent(s.share_short)),
     ("truncated", lambda s: _percent(s.share_truncated)),
+    ("lowered", lambda s: _percent(s.share_lowered)),
     ("no </think>", lambda s: _percent(s.share_no_think_end)),
     ("tool calls", lambda s: _percent(s.share_with_tool_calls)),
     ("mean reasoning/response", lambda s: f"{s.mean_reasoning_tokens:.0f}/{s.mean_response_tokens:.0f}"),

@@ -15,12 +15,10 @@ far as it knows: validation re-templates prompts with exactly those.
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,60 +26,15 @@ import pyarrow as pa
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.directory import RUN_FILE, RunDirectory
-from eagle3_synth.contract.markers import describe
-from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
-from eagle3_synth.contract.row import COLUMNS, FEATURES
+from eagle3_synth.contract.row import COLUMNS, FEATURES, LATER_COLUMNS
+# Re-exported: where rows come from and what made them are asked together.
+from eagle3_synth.dataset.provenance import (Provenance, data_markers, data_profile, data_tokenizer,  # noqa: F401
+                                             provenance_from_run_file, provenance_from_run_info)
 
 log = logging.getLogger(__name__)
 SCHEMA = FEATURES.arrow_schema
 # A Hub repo id `org/name`, each part starting with a letter or digit (the Hub's own rule).
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What made a config's rows, as recorded beside them; any field may be unknown (None)."""
-
-    tokenizer: str | None = None
-    # The model folder the engine loaded (None: not recorded, or the replay engine).
-    model: str | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    profile: str | None = None
-    markers: MarkerIds | None = None
-    # The profile as recorded (its YAML schema): a custom profile is known to tools from this.
-    profile_definition: dict[str, Any] | None = None
-    # How conversations were handed to the template and the date it rendered (None: not recorded).
-    message_form: dict[str, Any] | None = None
-    template_date: str | None = None
-    # The model's vocabulary as meta records it ({"size", "from"}; None: an older run) and max_new_tokens.
-    vocab_size: dict[str, Any] | None = None
-    max_new_tokens: int | None = None
-    # Where these facts were read from, for messages ("run.json of demo_out/.runs/B1_glaive").
-    origin: str = "nothing recorded"
-
-
-def provenance_from_run_file(path: Path) -> Provenance:
-    """Read a run's `run.json` (or its copy `run_info.json`): tokenizer and markers (meta),
-    template kwargs and profile (fields)."""
-    return provenance_from_run_info(json.loads(path.read_text(encoding="utf-8")), str(path))
-
-
-def provenance_from_run_info(data: dict[str, Any], origin: str) -> Provenance:
-    meta, fields = data.get("meta", {}), data.get("fields", {})
-    markers = meta.get("markers")
-    template = fields.get("template") or {}
-    return Provenance(
-        vocab_size=meta.get("vocab_size"), max_new_tokens=(fields.get("sampling") or {}).get("max_new_tokens"),
-        profile_definition=fields.get("profile_definition"),
-        message_form=template.get("message_form"),
-        template_date=template.get("date"),
-        tokenizer=meta.get("tokenizer"),
-        model=meta.get("model") if isinstance(meta.get("model"), str) and meta.get("model") else None,
-        template_kwargs=dict(fields.get("template_kwargs") or {}),
-        profile=fields.get("profile") or (markers or {}).get("profile"),
-        markers=MarkerIds.from_dict(markers) if markers else None,
-        origin=origin,
-    )
 
 
 class RowSource:
@@ -150,6 +103,27 @@ def _check_columns(columns: Sequence[str] | None) -> list[str]:
     return columns
 
 
+def _present(columns: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The asked columns the data has; one it lacks must be a later column (`LATER_COLUMNS`)."""
+    return [c for c in columns if c in names or c not in LATER_COLUMNS]
+
+
+def _filled(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """`table` with the later columns it lacks (data built before them) at their old value, in `columns` order."""
+    for name in columns:
+        if name not in table.column_names:
+            table = table.append_column(SCHEMA.field(name), pa.array([LATER_COLUMNS[name]] * table.num_rows,
+                                                                     type=SCHEMA.field(name).type))
+    return table.select(list(columns))
+
+
+def _filled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for row in rows:
+        for name, value in LATER_COLUMNS.items():
+            row.setdefault(name, value)
+    return rows
+
+
 class FolderSource(RowSource):
     """A Hub-layout folder: `<config>/train-*.parquet`, read with pyarrow (no datasets cache)."""
 
@@ -172,17 +146,19 @@ class FolderSource(RowSource):
         return pads.dataset(files, format="parquet")
 
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:
-        return self._dataset(config).to_table(columns=_check_columns(columns))
+        columns = _check_columns(columns)
+        dataset = self._dataset(config)
+        return _filled(dataset.to_table(columns=_present(columns, dataset.schema.names)), columns)
 
     def iter_batches(self, config: str, batch_size: int = 256) -> Iterator[list[dict[str, Any]]]:
         for batch in self._dataset(config).to_batches(batch_size=batch_size):
-            yield batch.to_pylist()
+            yield _filled_rows(batch.to_pylist())
 
     def _candidate_rows(self, config: str, wanted: set[int]) -> Iterable[dict[str, Any]]:
         import pyarrow.dataset as pads
 
         # Parquet row-group statistics let pyarrow skip most of a large config.
-        return self._dataset(config).to_table(filter=pads.field("sample_id").isin(sorted(wanted))).to_pylist()
+        return _filled_rows(self._dataset(config).to_table(filter=pads.field("sample_id").isin(sorted(wanted))).to_pylist())
 
     def provenance(self, config: str) -> Provenance:
         # `build` copies the run's run.json to <config>/run_info.json; older folders have only
@@ -271,7 +247,9 @@ class LoadDatasetSource(RowSource):
         return self._loaded[config]
 
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:
-        return self.dataset(config).select_columns(_check_columns(columns)).with_format("arrow")[:]
+        columns = _check_columns(columns)
+        dataset = self.dataset(config)
+        return _filled(dataset.select_columns(_present(columns, dataset.column_names)).with_format("arrow")[:], columns)
 
     def provenance(self, config: str) -> Provenance:
         """The repo's `<config>/run_info.json` (published with the data), if it has one."""
@@ -297,12 +275,12 @@ class LoadDatasetSource(RowSource):
         ids = self.table(config, ["sample_id"]).column("sample_id")
         mask = pc.is_in(ids, value_set=pa.array(sorted(wanted), type=pa.int64()))
         positions = [i for i, hit in enumerate(mask.to_pylist()) if hit]
-        return dataset.select(positions).to_list()
+        return _filled_rows(dataset.select(positions).to_list())
 
     def iter_batches(self, config: str, batch_size: int = 256) -> Iterator[list[dict[str, Any]]]:
         dataset = self.dataset(config).with_format("arrow")
         for start in range(0, len(dataset), batch_size):
-            yield dataset[start : start + batch_size].to_pylist()
+            yield _filled_rows(dataset[start : start + batch_size].to_pylist())
 
 
 def open_source(location: str, *, revision: str | None = None) -> RowSource:
@@ -348,53 +326,3 @@ def resolve_configs(source: RowSource, requested: Sequence[str] | None) -> list[
     for config in requested:
         source.check_config(config)
     return list(requested)
-
-
-def data_tokenizer(
-    provenance: Provenance, tokenizer_path: str | None = None, *, trust_remote_code: bool = False
-) -> tuple[Any, str]:
-    """The tokenizer the data was made with: `tokenizer_path` if given, else the recorded one."""
-    from eagle3_synth.prompts.templating import load_tokenizer
-
-    path = tokenizer_path or provenance.tokenizer
-    if not path:
-        raise ConfigError(
-            f"which tokenizer made this data is not recorded ({provenance.origin}); pass --tokenizer PATH"
-        )
-    if not tokenizer_path and not Path(path).exists():
-        raise ConfigError(
-            f"the data was made with tokenizer {path!r} (from {provenance.origin}), which is not here; "
-            "pass --tokenizer PATH"
-        )
-    try:
-        return load_tokenizer(path, trust_remote_code=trust_remote_code), path
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load tokenizer {path!r}: {exc}") from exc
-
-
-def data_profile(tokenizer: Any, provenance: Provenance, profile: str | None = None) -> "ModelProfile":
-    """The profile the data was made with: given > recorded (with its recorded definition, so a
-    `--profile-file` profile needs no file here) > auto."""
-    from eagle3_synth.contract.profiles import get_profile, profile_from_dict
-
-    name = profile or provenance.profile or "auto"
-    if provenance.profile_definition and name == provenance.profile:
-        return profile_from_dict(name, provenance.profile_definition, provenance.origin)
-    return get_profile(name, tokenizer)
-
-
-def data_markers(tokenizer: Any, provenance: Provenance, profile: str | None = None) -> MarkerIds:
-    """Markers resolved from `tokenizer` (profile: given > recorded > auto), checked against the
-    recorded ones: a difference means the tokenizer is not the one the data was made with."""
-    from eagle3_synth.contract.profiles import resolve_markers
-
-    markers = resolve_markers(data_profile(tokenizer, provenance, profile), tokenizer)
-    recorded = provenance.markers
-    if recorded is not None and (profile is None or profile == recorded.profile) and recorded != markers:
-        diffs = [f"{name}: recorded {describe(getattr(recorded, name))}, tokenizer gives {describe(getattr(markers, name))}"
-                 for name in recorded.__dataclass_fields__ if getattr(recorded, name) != getattr(markers, name)]
-        raise ConfigError(
-            "this tokenizer resolves the markers differently from the ones the data was made with "
-            f"({provenance.origin}): {'; '.join(diffs)}. Pass the original --tokenizer"
-        )
-    return markers

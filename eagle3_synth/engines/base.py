@@ -11,22 +11,15 @@ and asks again; it never sees `None` while it holds nothing (`take_requests`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from eagle3_synth.contract.sampling import check_sampling
 from eagle3_synth.errors import ConfigError
 
-
-def check_sampling(max_new_tokens: int, temperature: float, top_p: float) -> None:
-    """The one place sampling values are checked, named by the options a user types."""
-    if max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ConfigError(f"--temperature must be >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ConfigError(f"--top-p must be in (0, 1], got {top_p}")
+__all__ = ["check_sampling"]  # re-exported: the one check lives in contract/sampling.py
 
 
 @dataclass(frozen=True)
@@ -38,13 +31,17 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...]
     top_p: float = 1.0
     top_k: int = -1  # -1: no top-k cut
+    # A run's params: the run's seed (a sample draws with seed + sample_id); a request's own
+    # (`GenerationRequest.params`): the sample's seed itself.
     seed: int | None = None
     # Every id of a result must be below it: the model's embedding rows (`prompts.vocabulary`).
     # Never sent to an engine; None only where nothing knows it (an adapter tested on its own).
     vocab_size: int | None = None
 
+    min_p: float = 0.0  # 0.0: no min-p cut
+
     def __post_init__(self) -> None:
-        check_sampling(self.max_new_tokens, self.temperature, self.top_p)
+        check_sampling(self.max_new_tokens, self.temperature, self.top_p, self.top_k, self.min_p)
         if not self.stop_token_ids:
             raise ConfigError("at least one stop token id is required")
         if self.vocab_size is not None and self.vocab_size < 1:
@@ -57,6 +54,16 @@ class GenerationRequest:
     prompt_ids: list[int]
     # SGLang priority scheduling (higher first); None = the server's default. Never changes an id.
     priority: int | None = None
+    # This sample's sampling (`contract.sampling.sample_sampling`: its rollout's values and its own
+    # seed); None = the run's params with seed + sample_id.
+    sampling: Mapping[str, Any] | None = None
+
+    def params(self, run: "SamplingParams") -> "SamplingParams":
+        """The params this request is generated with: the run's stop ids and vocabulary, with the
+        request's own sampling (the seed already the sample's). Every engine reads sampling here."""
+        if self.sampling is None:
+            return replace(run, seed=None if run.seed is None else run.seed + self.sample_id)
+        return replace(run, **self.sampling)
 
 
 @dataclass

@@ -127,7 +127,8 @@ class ReplayEngine:
         self.offsets = index_replay_file(path)
         self._handle = open(path, "rb")
 
-    def _result(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
+    def _result(self, request: GenerationRequest, run: SamplingParams) -> GenerationResult:
+        params = request.params(run)  # the request's own cap is what a record is checked against
         found = self.offsets.get(request.sample_id)
         if found is None:
             return abort_result(request, f"replay file {self.path} has no record for sample_id {request.sample_id}")

@@ -1,7 +1,8 @@
 """Rollouts: each kept conversation expanded into `samples_per_prompt` first prompts, with sample ids.
 
 A rollout is one line of prompts.jsonl: its first turn's prompt, the kwargs it is templated with
-(the run's, updated by its draw from `--template-kwarg-mix`, `turns.drawn_kwargs`), and the sample
+(the run's, updated by its draw from `--template-kwarg-mix`, `turns.drawn_kwargs`), its sampling
+(the run's, updated by its draw from `--sampling-mix`, `turns.drawn_sampling`), and the sample
 ids it owns, one per turn it may have. Ids are given in prompt-list order with no gap inside a
 conversation: conversation c's rollouts start at `c + offset`, `offset` growing by each earlier
 kept conversation's ids beyond its first. A run of one turn and one sample per prompt therefore
@@ -20,7 +21,7 @@ from eagle3_synth.errors import PromptError
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.prompts.hygiene import Reject
 from eagle3_synth.prompts.templating import ChatTokenizer
-from eagle3_synth.prompts.turns import ConversationPlan, drawn_kwargs, turn_count
+from eagle3_synth.prompts.turns import ConversationPlan, drawn_kwargs, drawn_sampling, turn_count
 
 
 class ChatTokenizers:
@@ -51,9 +52,10 @@ def iter_rollouts(
     prepared: Iterator[PreparedPrompt], plan: ConversationPlan, chats: ChatTokenizers,
     rejects: list[dict[str, Any]], *, max_prompt_tokens: int | None = None,
     too_long_reason: str = "the model's context minus max_new_tokens",
-    reject: Callable[[dict[str, Any]], None] | None = None,
+    reject: Callable[[dict[str, Any]], None] | None = None, sampling: dict[str, Any] | None = None,
 ) -> Iterator[PreparedPrompt]:
-    """The rollouts of each kept conversation (module doc), in sample-id order.
+    """The rollouts of each kept conversation (module doc), in sample-id order; each carries
+    `sampling` (the run's, `contract/sampling.py`) updated by its draw from the plan's sampling mix.
 
     A rollout whose drawn kwargs differ from the run's is templated again with them; should that
     prompt be refused or too long, the rollout is rejected (appended to `rejects`, with `reject`
@@ -92,7 +94,9 @@ def iter_rollouts(
                     reject(record)
                 continue
             yield replace(prompt, sample_id=sample_id, prompt_ids=ids, conversation_id=conversation_id, turns=turns,
-                          sample_index=sample_index, template_kwargs=kwargs)
+                          sample_index=sample_index, template_kwargs=kwargs,
+                          sampling=None if sampling is None else {**sampling, **drawn_sampling(plan, conversation_id,
+                                                                                                sample_index)})
         offset += plan.samples_per_prompt * turns - 1
         placed = len(rejects)
     place_rejects()

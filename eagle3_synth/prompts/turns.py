@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3_synth.contract.sampling import sampling_problem
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.conversation import Conversation
@@ -84,6 +85,28 @@ def check_kwarg_mix(mix: Any, option: str = "template_kwarg_mix") -> KwargMix:
     return tuple(checked)
 
 
+# What a `--sampling-mix` component may set. max_new_tokens stays per run: the longest prompt kept
+# follows from it (the model's context minus max_new_tokens); the seed is per sample.
+MIX_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
+
+
+def check_sampling_mix(mix: Any, option: str = "--sampling-mix") -> KwargMix:
+    """`temperature=0.0:0.2,temperature=0.6+top_p=0.95:0.8` as a mix (the `--template-kwarg-mix`
+    syntax), each value checked as the option of its name would be."""
+    checked = check_kwarg_mix(mix, option)
+    for values, _ in checked:
+        for name, value in values.items():
+            if name not in MIX_SAMPLING_KEYS:
+                why = (" (per run: --max-new-tokens; the prompt-length limit follows from it)" if name == "max_new_tokens"
+                       else " (per sample: --seed + its sample id)" if name == "seed" else "")
+                raise ConfigError(f"{option}: {name!r} cannot be mixed{why}; a component sets "
+                                  f"{', '.join(MIX_SAMPLING_KEYS)}")
+            problem = sampling_problem(name, value)
+            if problem is not None:
+                raise ConfigError(f"{option}: {name} {problem}")
+    return checked
+
+
 @dataclass(frozen=True)
 class ConversationPlan:
     """How each source conversation expands into generations (fingerprinted field by field)."""
@@ -96,6 +119,9 @@ class ConversationPlan:
     template_kwarg_mix: KwargMix = field(default=())
     # Seed of the kwargs draw (the run's selection seed: the plan is deterministic).
     mix_seed: int = 0
+    # Sampling values per rollout (`MIX_SAMPLING_KEYS`), drawn with these weights over the run's
+    # own (--temperature ...) by a draw of their own from mix_seed; () = the run's for every rollout.
+    sampling_mix: KwargMix = field(default=())
 
     def __post_init__(self) -> None:
         if self.turns not in TURN_MODES:
@@ -104,6 +130,7 @@ class ConversationPlan:
                 or self.samples_per_prompt < 1:
             raise ConfigError(f"--samples-per-prompt must be an integer >= 1, got {self.samples_per_prompt!r}")
         object.__setattr__(self, "template_kwarg_mix", check_kwarg_mix(self.template_kwarg_mix))
+        object.__setattr__(self, "sampling_mix", check_sampling_mix(self.sampling_mix, "sampling_mix"))
 
     @property
     def whole(self) -> bool:
@@ -111,20 +138,37 @@ class ConversationPlan:
         return self.turns == "all"
 
 
+def seeded_draw(seed: int, key: str) -> float:
+    """A number in [0, 1) from blake2b of `seed:key`: the same for the same pair on any machine,
+    and independent of every other key (one conversation's draw never moves another's)."""
+    digest = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def _component(mix: KwargMix, draw: float) -> dict[str, Any]:
+    total = sum(weight for _, weight in mix)
+    running = 0.0
+    for values, weight in mix:
+        running += weight / total
+        if draw < running:
+            return dict(values)
+    return dict(mix[-1][0])
+
+
 def drawn_kwargs(plan: ConversationPlan, conversation_id: int, sample_index: int) -> dict[str, Any]:
     """The mix component of one rollout ({} without a mix): a seeded draw from (mix_seed,
     conversation_id, sample_index), so a rollout's kwargs do not depend on any other."""
     if not plan.template_kwarg_mix:
         return {}
-    key = f"{plan.mix_seed}:{conversation_id}:{sample_index}".encode()
-    draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0**64
-    total = sum(weight for _, weight in plan.template_kwarg_mix)
-    running = 0.0
-    for kwargs, weight in plan.template_kwarg_mix:
-        running += weight / total
-        if draw < running:
-            return dict(kwargs)
-    return dict(plan.template_kwarg_mix[-1][0])
+    return _component(plan.template_kwarg_mix, seeded_draw(plan.mix_seed, f"{conversation_id}:{sample_index}"))
+
+
+def drawn_sampling(plan: ConversationPlan, conversation_id: int, sample_index: int) -> dict[str, Any]:
+    """The `sampling_mix` component of one rollout ({} without a mix), by a draw of its own (not
+    tied to the kwargs draw: another key), every turn of the rollout sampled with it."""
+    if not plan.sampling_mix:
+        return {}
+    return _component(plan.sampling_mix, seeded_draw(plan.mix_seed, f"sampling:{conversation_id}:{sample_index}"))
 
 
 # -- the script of a conversation -----------------------------------------------------------------

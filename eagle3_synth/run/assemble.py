@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from eagle3_synth.contract.profiles import MarkerIds
 from eagle3_synth.contract.row import FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row
+from eagle3_synth.contract.sampling import dumps_sampling, sample_sampling
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
@@ -83,7 +84,9 @@ def iter_rows(
         if not len(index.sample_ids):
             return
         has_row = index.ok
-        run_kwargs = run.read_run_file()["fields"].get("template_kwargs") or {}
+        fields = run.read_run_file()["fields"]
+        run_kwargs = fields.get("template_kwargs") or {}
+        run_sampling = fields.get("sampling") or {}  # a rollout without its own sampling (an older run)
 
         def keep(sample_id: int) -> bool:
             """A rollout (by its first id) with a first turn to write; later turns need that one."""
@@ -100,6 +103,7 @@ def iter_rows(
                     continue  # a line `iter_prompts` could not pre-check
                 tools_json = dumps_tools(prompt.tools)
                 kwargs_json = dumps_kwargs(run_kwargs if prompt.template_kwargs is None else prompt.template_kwargs)
+                sampling = run_sampling if prompt.sampling is None else prompt.sampling
                 for turn in range(prompt.turns):
                     position = index.position(prompt.sample_id + turn)
                     if position < 0 or not has_row[position]:
@@ -119,6 +123,7 @@ def iter_rows(
                         turn=turn,
                         sample_index=prompt.sample_index,
                         template_kwargs_json=kwargs_json,
+                        sampling_json=dumps_sampling(sample_sampling(sampling, prompt.sample_id + turn)),
                     )
 
 

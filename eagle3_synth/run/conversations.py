@@ -29,6 +29,7 @@ import numpy as np
 from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.contract.row import PreparedPrompt
+from eagle3_synth.contract.sampling import sample_sampling
 from eagle3_synth.engines.base import GenerationRequest
 from eagle3_synth.errors import EngineError
 from eagle3_synth.prompts.conversation import Conversation, count_calls
@@ -61,8 +62,10 @@ class Turn:
         """The engine request; with `priority`, the turns its rollout may still have (this one
         included), so SGLang's priority scheduling runs long conversations' turns first and the
         last conversations do not trail alone at the end (BENCHMARKS.md, dependent turns)."""
+        sampling = self.rollout.sampling
         return GenerationRequest(self.sample_id, self.prompt_ids,
-                                 self.rollout.turns - self.turn if priority else None)
+                                 self.rollout.turns - self.turn if priority else None,
+                                 None if sampling is None else sample_sampling(sampling, self.sample_id))
 
     def journaled_prompt(self) -> TurnPrompt | None:
         """What the journal keeps of this turn's prompt: nothing for a first turn (prompts.jsonl has it)."""

@@ -71,7 +71,7 @@ def recorded_template_date(run: RunDirectory) -> str | None:
 def _sampling_params(sampling: SamplingSpec, markers: MarkerIds, vocab_size: int) -> SamplingParams:
     return SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
                           stop_token_ids=markers.stop_ids, top_p=sampling.top_p, top_k=sampling.top_k,
-                          seed=sampling.seed, vocab_size=vocab_size)
+                          min_p=sampling.min_p, seed=sampling.seed, vocab_size=vocab_size)
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from eagle3_synth.prompts.prepare import model_context_length
 from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
-from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix
+from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix, check_sampling_mix
 from eagle3_synth.run.shards import Shard, resolve_auto
 from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
 
@@ -95,12 +95,15 @@ class GenerationSettings:
     samples_per_prompt: int = ConversationPlan.samples_per_prompt
     # Template kwargs drawn per rollout: "thinking=true:0.7,thinking=false:0.3", or ((kwargs, weight), ...).
     template_kwarg_mix: str | tuple = ConversationPlan.template_kwarg_mix
+    # Sampling values drawn per rollout: "temperature=0.0:0.2,temperature=0.6+top_p=0.95:0.8", or ((values, weight), ...).
+    sampling_mix: str | tuple = ConversationPlan.sampling_mix
     # -- sampling --
     # Cap on output tokens; None = the config's own (SGLang's default, 128, is never used).
     max_new_tokens: int | None = None
     temperature: float = SamplingSpec.temperature
     top_p: float = SamplingSpec.top_p
     top_k: int = SamplingSpec.top_k
+    min_p: float = SamplingSpec.min_p
     # Sampling seed, per sample where the engine allows; None = unseeded.
     seed: int | None = SamplingSpec.seed
     # -- engine (plumbing, except the engine args that change what the model computes) --
@@ -165,8 +168,10 @@ class GenerationSettings:
             raise ConfigError(f"--max-context must be >= 1, got {self.max_context}")
         if self.max_hours is not None and not self.max_hours > 0:
             raise ConfigError(f"--max-hours must be > 0, got {self.max_hours}")
-        check_sampling(1 if self.max_new_tokens is None else self.max_new_tokens, self.temperature, self.top_p)
+        check_sampling(1 if self.max_new_tokens is None else self.max_new_tokens, self.temperature, self.top_p,
+                       self.top_k, self.min_p)
         self.template_kwarg_mix = check_kwarg_mix(self.template_kwarg_mix, "--template-kwarg-mix")
+        self.sampling_mix = check_sampling_mix(self.sampling_mix, "--sampling-mix")
         ConversationPlan(turns=self.turns or "last", samples_per_prompt=self.samples_per_prompt)
         shard = resolve_auto(self.shard_index, self.num_shards)
         self.shard_index, self.num_shards = shard.index, shard.count
@@ -221,9 +226,11 @@ class GenerationSettings:
             ),
             sampling=SamplingSpec(
                 max_new_tokens=config.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
-                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed),
+                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+                seed=self.seed),
             conversations=ConversationPlan(turns=self.turns or config.turns, samples_per_prompt=self.samples_per_prompt,
-                                           template_kwarg_mix=self.template_kwarg_mix, mix_seed=self.selection_seed),
+                                           template_kwarg_mix=self.template_kwarg_mix, mix_seed=self.selection_seed,
+                                           sampling_mix=self.sampling_mix),
         )
 
     def run_options(self, run_dir: str | None = None) -> RunOptions:

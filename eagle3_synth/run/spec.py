@@ -95,9 +95,15 @@ class SamplingSpec:
     top_k: int = -1
     # Sampling seed, per sample where the engine allows; None = unseeded (not reproducible).
     seed: int | None = 0
+    # Min-p cut (tokens below min_p x the top token's probability are dropped); 0.0 = off.
+    min_p: float = 0.0
 
     def __post_init__(self) -> None:
-        check_sampling(self.max_new_tokens, self.temperature, self.top_p)
+        check_sampling(self.max_new_tokens, self.temperature, self.top_p, self.top_k, self.min_p)
+
+    def rollout(self) -> dict[str, Any]:
+        """The run's sampling as a rollout carries it (`PreparedPrompt.sampling`) before its draw."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

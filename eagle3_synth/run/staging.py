@@ -69,7 +69,8 @@ def _rollouts(spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: Ch
     conversations = iter_prepared_prompts(spec.prompts, chat, prepared.rejects, max_prompt_tokens=limit,
                                           preparation=preparation, whole=spec.conversations.whole)
     return prepared.measured(iter_rollouts(conversations, spec.conversations, chats, prepared.rejects,
-                                           max_prompt_tokens=limit, too_long_reason=why, reject=reject))
+                                           max_prompt_tokens=limit, too_long_reason=why, reject=reject,
+                                           sampling=spec.sampling.rollout()))
 
 
 def stage(run: RunDirectory, spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: ChatTokenizers,

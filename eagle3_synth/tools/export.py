@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.conversation import Conversation, count_calls
@@ -41,7 +43,7 @@ from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.tools.decode import decode_ids
 from eagle3_synth.tools.files import unique_temporary
-from eagle3_synth.tools.training import TrainOn, training_example
+from eagle3_synth.tools.training import TrainOn, masked_output_starts, training_example
 
 Row = Mapping[str, Any]
 OVERLONG = ("drop", "truncate")
@@ -49,6 +51,7 @@ OVERLONG = ("drop", "truncate")
 OVER_MAX = "are longer than --max-length"
 TRUNCATED = "truncated at --max-length"
 TOOLS_DROPPED = "had tools, left out of the records: ModelOpt renders none"
+FEW_LOSS = "have fewer supervised tokens than --min-loss-tokens"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,31 @@ class ExportOptions:
     every_turn: bool = False
     max_length: int | None = None
     overlong: str = "drop"
+    # Rows with fewer tokens under the loss mask are left out: a block drafter trains on blocks of
+    # consecutive supervised tokens (SpecForge drops samples under 2 x block_size; README).
+    min_loss_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_loss_tokens, bool) or not isinstance(self.min_loss_tokens, int) or self.min_loss_tokens < 0:
+            raise ConfigError(f"--min-loss-tokens must be an integer >= 0, got {self.min_loss_tokens!r}")
+
+
+def loss_tokens(row: Row, options: ExportOptions) -> int:
+    """Tokens of the row under its loss mask as exported (`--train-on`; a row cut at --max-length
+    by `--overlong truncate` counts what is left): position arithmetic, no mask is built."""
+    total = row["prompt_tokens"] + row["completion_tokens"]
+    first = masked_output_starts(np.array([row["completion_tokens"]]), np.array([row["response_start"]]),
+                                 options.train_on)[0]
+    end = min(total, options.max_length) if options.overlong == "truncate" and options.max_length else total
+    return max(0, end - (row["prompt_tokens"] + int(first)))
+
+
+def too_few_loss_tokens(row: Row, options: ExportOptions, counts: Counter) -> bool:
+    """Whether `--min-loss-tokens` leaves the row out (counted as FEW_LOSS)."""
+    if options.min_loss_tokens and loss_tokens(row, options) < options.min_loss_tokens:
+        counts[FEW_LOSS] += 1
+        return True
+    return False
 
 
 def _row_id(row: Row, options: ExportOptions) -> str:
@@ -230,7 +258,7 @@ def export_rows(
                 lines = []
                 for row in batch:
                     record = to_record(row, options, counts)
-                    if record is not None:
+                    if record is not None and not too_few_loss_tokens(row, options, counts):
                         lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
                 if lines:
                     handle.write("\n".join(lines) + "\n")

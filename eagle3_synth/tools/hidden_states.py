@@ -35,7 +35,7 @@ import numpy as np
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.shards import Shard
-from eagle3_synth.tools.export import OVERLONG, ExportOptions, ids_record
+from eagle3_synth.tools.export import OVERLONG, ExportOptions, ids_record, too_few_loss_tokens
 from eagle3_synth.tools.hidden_layers import LayerCapture, model_parts, num_decoder_layers, resolve_layers
 from eagle3_synth.tools.hidden_layouts import LAYOUTS, Item, check_manifest
 
@@ -57,6 +57,8 @@ class HiddenStatesOptions:
     train_on: str = "output"
     max_length: int | None = None
     overlong: str = "drop"
+    # Rows with fewer tokens under the loss mask are left out (as `export --min-loss-tokens`).
+    min_loss_tokens: int = 0
     device: str = "cpu"
     device_map: str | None = None
     dtype: str = "bfloat16"
@@ -82,10 +84,11 @@ class HiddenStatesOptions:
 
     def export_options(self) -> ExportOptions:
         return ExportOptions(config=self.config, text=False, train_on=self.train_on,  # type: ignore[arg-type]
-                             max_length=self.max_length, overlong=self.overlong)
+                             max_length=self.max_length, overlong=self.overlong, min_loss_tokens=self.min_loss_tokens)
 
     def selection(self) -> dict[str, Any]:
-        return {"train_on": self.train_on, "max_length": self.max_length, "overlong": self.overlong}
+        return {"train_on": self.train_on, "max_length": self.max_length, "overlong": self.overlong,
+                **({"min_loss_tokens": self.min_loss_tokens} if self.min_loss_tokens else {})}
 
 
 @dataclass
@@ -128,7 +131,7 @@ def our_rows(batches: Iterable[Iterable[dict[str, Any]]], options: HiddenStatesO
     for batch in batches:
         for row in batch:
             record = ids_record(row, export, counts)
-            if record is not None:
+            if record is not None and not too_few_loss_tokens(row, export, counts):
                 yield row, record
 
 

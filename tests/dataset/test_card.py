@@ -94,13 +94,16 @@ def test_card_figures_are_the_datas(staged):
         output = rows["completion_tokens"]
         quantiles = "/".join(str(nearest_rank(output, q)) for q in (0, 0.5, 0.9, 0.99, 1.0))
         truncated = sum(f == "length" for f in rows["finish_reason"]) / n
+        lowered = sum(f == "length" and c < json.loads(s)["max_new_tokens"]
+                      for f, c, s in zip(rows["finish_reason"], output, rows["sampling"])) / n
         no_close = sum(t == -1 for t in rows["think_end"]) / n
         tools = sum(bool(c) for c in rows["tool_calls"]) / n
         line = next(l for l in text.splitlines() if l.startswith(f"| {config} |"))
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[1] == str(n)
         assert cells[3] == quantiles
-        assert cells[5:8] == [f"{100 * truncated:.1f}%", f"{100 * no_close:.1f}%", f"{100 * tools:.1f}%"]
+        assert cells[5:9] == [f"{100 * truncated:.1f}%", f"{100 * lowered:.1f}%", f"{100 * no_close:.1f}%",
+                              f"{100 * tools:.1f}%"]
         assert f"| `{config}` | {n} |" in text  # the configs table
     assert "| no &lt;/think> |" in text  # a raw </think> header would be read as an HTML tag and vanish
 

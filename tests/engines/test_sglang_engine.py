@@ -269,7 +269,7 @@ def test_every_sampling_parameter_is_sent_explicitly(launch):
     for sample, call in enumerate(calls):
         assert call["input_ids"] == requests(3)[sample].prompt_ids
         assert call["sampling_params"] == {"max_new_tokens": 64, "temperature": 0.6, "top_p": 0.95, "top_k": -1,
-                                           "stop_token_ids": list(STOP), "sampling_seed": 7 + sample}
+                                           "min_p": 0.0, "stop_token_ids": list(STOP), "sampling_seed": 7 + sample}
         assert call["stream"] is False
     assert len({c["rid"] for c in calls}) == 3
 

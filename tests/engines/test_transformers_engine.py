@@ -51,6 +51,7 @@ def test_cut_after_stop_keeps_the_stop_and_drops_what_follows():
     assert cut_after_stop([5, 6, 2, 0, 0], (2,), 5) == ([5, 6, 2], "stop")
     assert cut_after_stop([5, 6, 7], (2,), 3) == ([5, 6, 7], "length")
     assert cut_after_stop([2, 2], (2, 9), 2) == ([2], "stop")
+    assert cut_after_stop([5, 6, 7, 2], (2,), 3) == ([5, 6, 7], "length"), "a stop past the row's own cap"
 
 
 def test_greedy_batched_equals_each_prompt_generated_alone(tiny):
@@ -158,3 +159,40 @@ def test_build_with_the_tiny_model_stores_what_the_model_generated(tiny, tmp_pat
         assert row["output_ids"] == expected and row["finish_reason"] == reason
         if reason == "stop":
             assert row["stop_index"] == len(expected) - 1
+
+
+def test_each_request_is_sampled_with_its_own_params_in_a_shared_batch(tiny):
+    """A greedy request, a sampled one and one with a smaller cap share a batch: each gets what it
+    gets alone with its own params (a greedy row stays greedy; the small cap cuts only its row)."""
+    from eagle3_synth.contract.sampling import sample_sampling
+
+    tokenizer, model = tiny
+    stops = stop_ids(tokenizer)
+    run = SamplingParams(max_new_tokens=40, temperature=1.0, stop_token_ids=stops, seed=5)
+    own = [{"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "max_new_tokens": 40, "seed": 5},
+           {"temperature": 0.8, "top_p": 0.9, "top_k": 20, "min_p": 0.0, "max_new_tokens": 40, "seed": 5},
+           {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "max_new_tokens": 6, "seed": 5}]
+    requests = [GenerationRequest(r.sample_id, r.prompt_ids, sampling=sample_sampling(own[r.sample_id % 3], r.sample_id))
+                for r in requests_for(tokenizer)]
+    together = sampled(requests, run, batch_size=5)
+    for request in requests:
+        alone = sampled([request], request.params(run), batch_size=1)  # its own params as the run's
+        assert together[request.sample_id] == alone[request.sample_id]
+    assert all(len(together[r.sample_id]) <= 6 for r in requests if r.sample_id % 3 == 2)
+    greedy = sampled([GenerationRequest(0, requests[0].prompt_ids)],
+                     SamplingParams(max_new_tokens=40, temperature=0.0, stop_token_ids=stops), 1)
+    assert together[0] == greedy[0]
+
+
+def test_min_p_cuts_the_tail_as_transformers_does(tiny):
+    tokenizer, model = tiny
+    request = requests_for(tokenizer)[0]
+    params = SamplingParams(max_new_tokens=30, temperature=1.5, min_p=0.2, stop_token_ids=stop_ids(tokenizer), seed=1)
+    torch.manual_seed(params.seed + request.sample_id)
+    with torch.no_grad():
+        alone = model.generate(torch.tensor([request.prompt_ids]),
+                               attention_mask=torch.ones(1, len(request.prompt_ids), dtype=torch.long),
+                               max_new_tokens=30, do_sample=True, temperature=1.5, min_p=0.2, top_k=0,
+                               eos_token_id=list(params.stop_token_ids), pad_token_id=tokenizer.pad_token_id)
+    expected = cut_after_stop(alone[0, len(request.prompt_ids):].tolist(), params.stop_token_ids, 30)[0]
+    assert sampled([request], params, batch_size=1)[request.sample_id] == expected

@@ -94,10 +94,12 @@ def variants(files) -> dict[str, tuple[str, object]]:
         "sampling.top_p": ("file", 0.9),
         "sampling.top_k": ("file", 20),
         "sampling.seed": ("file", 1),
+        "sampling.min_p": ("file", 0.05),
         "conversations.turns": ("file", "all"),
         "conversations.samples_per_prompt": ("file", 3),
         "conversations.template_kwarg_mix": ("file", (({"thinking": True}, 0.5), ({"thinking": False}, 0.5))),
         "conversations.mix_seed": ("file", 5),
+        "conversations.sampling_mix": ("file", (({"temperature": 0.0}, 0.5), ({"temperature": 1.0}, 0.5))),
     }
 
 

@@ -147,6 +147,7 @@ class TinyModelBackend:
             stop_token_ids=tuple(sampling["stop_token_ids"]),
             top_p=sampling.get("top_p", 1.0),
             top_k=sampling.get("top_k", -1),
+            min_p=sampling.get("min_p", 0.0),
             seed=sampling.get("sampling_seed"),
         )
         with self._lock:
@@ -352,6 +353,7 @@ class SGLangLoopbackServer:
         self.serve_loads = serve_loads
         self.load_reads = 0
         self.priorities: list[int | None] = []  # each /generate request's priority
+        self.sent: list[dict[str, Any]] = []  # each /generate request's input_ids and sampling_params, as sent
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30, middlewares=[self.auth])
@@ -485,6 +487,7 @@ class SGLangLoopbackServer:
         rid = str(body.get("rid") or f"loopback-{len(self.rids)}")
         self.rids.append(rid)
         self.priorities.append(body.get("priority"))
+        self.sent.append({"input_ids": input_ids, "sampling_params": dict(body.get("sampling_params") or {})})
         if body.get("priority") is not None and not self.server_args.get("enable_priority_scheduling"):
             # srt/managers/scheduler.py:3522-3543: aborted with 503 without priority scheduling
             return self._respond(503, {"error": {"message": "Using priority is disabled for this server. Please "

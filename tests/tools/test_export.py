@@ -128,3 +128,41 @@ def test_train_on_needs_speculators(folder, tmp_path, capsys):
     assert main(["export", str(folder), KIMI_CONFIG, "--format", "jsonl", "--out", str(out), "--train-on", "response"]) == 2
     assert "--train-on applies to --format ids (speculators) only" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("train_on", ["output", "response"])
+def test_min_loss_tokens_leaves_out_rows_with_fewer_supervised_tokens_and_counts_them(folder, tmp_path, capsys, train_on):
+    rows = rows_of(folder, KIMI_CONFIG)
+
+    def supervised(row):
+        p, o, r = len(row["prompt_ids"]), len(row["output_ids"]), row["response_start"]
+        return o - (0 if train_on == "output" else (r if r >= 0 else o))
+
+    counts = sorted(supervised(row) for row in rows.values())
+    threshold = counts[len(counts) // 2]  # about half the rows have fewer
+    few = [sid for sid, row in rows.items() if supervised(row) < threshold]
+    assert 0 < len(few) < len(rows)
+    capsys.readouterr()
+    records = export(folder, tmp_path, KIMI_CONFIG, "speculators", "--train-on", train_on, "--no-text",
+                     "--min-loss-tokens", str(threshold))
+    kept = {record["metadata"]["sample_id"] for record in records}
+    assert kept == set(rows) - set(few)
+    assert all(sum(record["loss_mask"]) >= threshold for record in records)
+    assert f"left out {len(few)} rows that have fewer supervised tokens than --min-loss-tokens" in capsys.readouterr().out
+
+
+def test_min_loss_tokens_counts_what_is_left_after_a_truncation(folder, tmp_path):
+    rows = rows_of(folder, KIMI_CONFIG)
+    prompts = sorted(len(r["prompt_ids"]) for r in rows.values())
+    cut = prompts[len(prompts) // 2] + 4  # rows with longer prompts keep fewer than 4 output tokens
+    records = export(folder, tmp_path, KIMI_CONFIG, "speculators", "--no-text", "--max-length", str(cut),
+                     "--overlong", "truncate", "--min-loss-tokens", "4")
+    assert records and all(sum(record["loss_mask"]) >= 4 for record in records)
+    expected = {sid for sid, r in rows.items() if min(len(r["prompt_ids"]) + len(r["output_ids"]), cut) - len(r["prompt_ids"]) >= 4}
+    assert {record["metadata"]["sample_id"] for record in records} == expected and len(expected) < len(rows)
+
+
+def test_a_negative_min_loss_tokens_is_named(folder, tmp_path, capsys):
+    out = tmp_path / "x.jsonl"
+    code = main(["export", str(folder), KIMI_CONFIG, "--format", "ids", "--out", str(out), "--min-loss-tokens", "-1"])
+    assert code == 2 and "--min-loss-tokens must be an integer >= 0, got -1" in capsys.readouterr().err

@@ -299,3 +299,15 @@ def test_check_finds_an_output_id_the_greedy_model_would_not_write(built, tmp_pa
                           "--layers", "0", "1", "2", "--check"], capsys)
     assert code == 1
     assert f"{CONFIG}-000000002.ckpt ({CONFIG}-2): at" in text and "the argmax is not the next output id" in text
+
+
+def test_min_loss_tokens_leaves_rows_out_of_the_files_and_counts_them(built, tmp_path, capsys):
+    lengths = sorted(sum(r["loss_mask"]) for r in records(built))
+    threshold = lengths[len(lengths) // 2]
+    few = sum(1 for n in lengths if n < threshold)
+    assert 0 < few < ROWS
+    base = ["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(tmp_path / "sf"),
+            "--layers", "0", "1", "2", "--min-loss-tokens", str(threshold)]
+    code, text = run_cli([*base, "--dry-run"], capsys)
+    assert code == 0 and f"{ROWS - few} rows" in text
+    assert f"left out {few} row{'s' if few != 1 else ''} that have fewer supervised tokens than --min-loss-tokens" in text

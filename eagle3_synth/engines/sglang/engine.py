@@ -111,8 +111,9 @@ class SGLangEngine(WindowedEngine):
             return abort_result(request, message)
         return check_result(request, response, SOURCE, params)
 
-    async def _generate_one(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
-        sampling = sglang_sampling_params(params, request.sample_id)
+    async def _generate_one(self, request: GenerationRequest, run: SamplingParams) -> GenerationResult:
+        params = request.params(run)
+        sampling = sglang_sampling_params(params)
         return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt), self.retry)
 
     def close(self) -> None:

@@ -212,8 +212,9 @@ class SGLangHTTPEngine(WindowedEngine):
             raise TransientEngineError(message)
         return abort_result(request, message)
 
-    async def _generate_one(self, request: GenerationRequest, params: SamplingParams) -> GenerationResult:
-        sampling = sglang_sampling_params(params, request.sample_id)
+    async def _generate_one(self, request: GenerationRequest, run: SamplingParams) -> GenerationResult:
+        params = request.params(run)
+        sampling = sglang_sampling_params(params)
         try:
             return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt),
                                              self.retry, fatal=(ConnectionFailure,))

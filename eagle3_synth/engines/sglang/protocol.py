@@ -89,22 +89,24 @@ async def result_with_retries(
         return abort_result(request, str(exc))
 
 
-def sglang_sampling_params(params: SamplingParams, sample_id: int) -> dict[str, Any]:
-    """SGLang `sampling_params` for one sample.
+def sglang_sampling_params(params: SamplingParams) -> dict[str, Any]:
+    """SGLang `sampling_params` for one request (`GenerationRequest.params`: its own sampling).
 
-    `sampling_seed` is seed + sample_id, so a sample draws the same way however the run was
-    split or resumed; SGLang uses it under `--enable-deterministic-inference` and ignores it
-    otherwise.
+    `sampling_seed` is the sample's seed (seed + sample_id), so a sample draws the same way however
+    the run was split or resumed; SGLang uses it under `--enable-deterministic-inference` and
+    ignores it otherwise. `min_p` is SGLang's own parameter (srt/sampling/sampling_params.py,
+    default 0.0: off), always sent like the rest.
     """
     sampling: dict[str, Any] = {
         "max_new_tokens": params.max_new_tokens,
         "temperature": params.temperature,
         "top_p": params.top_p,
         "top_k": params.top_k,
+        "min_p": params.min_p,
         "stop_token_ids": list(params.stop_token_ids),
     }
     if params.seed is not None:
-        sampling["sampling_seed"] = params.seed + sample_id
+        sampling["sampling_seed"] = params.seed
     return sampling
 
 
