@@ -28,8 +28,10 @@ test: setup
 SPEC_VENV := .venv-speculators
 SPEC_BIN := $(SPEC_VENV)/bin
 SPEC_LOG := $(SPEC_VENV)/install.log
+# Touched only once every step and check passed (pip writes bin/speculators before the torch check).
+SPEC_DONE := $(SPEC_VENV)/installed
 
-$(SPEC_BIN)/speculators: scripts/speculators-requirements.txt
+$(SPEC_DONE): scripts/speculators-requirements.txt
 	rm -rf $(SPEC_VENV)
 	$(PYTHON) -m venv $(SPEC_VENV)
 	$(SPEC_BIN)/pip install --quiet --upgrade pip >$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
@@ -42,7 +44,7 @@ $(SPEC_BIN)/speculators: scripts/speculators-requirements.txt
 	@echo "$(SPEC_VENV): $$(grep -i '^torch=' $(SPEC_VENV)/torch-before.txt), nvidia-* packages: $$(grep -ic '^nvidia-' $(SPEC_VENV)/torch-before.txt)"
 	touch $@
 
-speculators-venv: $(SPEC_BIN)/speculators
+speculators-venv: $(SPEC_DONE)
 
 # A tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop (scripts/train_demo.py).
 train-demo: setup speculators-venv
