@@ -68,6 +68,11 @@ def patch() -> None:
         torch.accelerator.synchronize = _synchronize_if_any(torch.accelerator.synchronize)  # patch 2
 
 
+def _plain(value: object) -> float | str:
+    """A metric the trainer left as a tensor or numpy scalar, as a number; anything else as text."""
+    return float(value) if hasattr(value, "__float__") else str(value)  # type: ignore[arg-type]
+
+
 class JsonLinesMetrics(logging.Handler):
     """Appends each dict-valued record of `speculators.metrics` (with its step) to a JSON-lines file."""
 
@@ -77,7 +82,7 @@ class JsonLinesMetrics(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if isinstance(record.msg, dict):
-            line = json.dumps({**record.msg, "step": getattr(record, "step", None)}, default=float)
+            line = json.dumps({**record.msg, "step": getattr(record, "step", None)}, default=_plain)
             with open(self.path, "a", encoding="utf-8") as out:
                 out.write(line + "\n")
 
