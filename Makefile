@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test clean speculators-venv train-demo
 
 $(BIN)/eagle3-synth: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,5 +21,34 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -rs
 
+# speculators 0.9.0 in a virtual environment of its own (it pins older datasets/transformers than
+# ours): CPU torch first, then speculators without its dependencies, then those dependencies from
+# scripts/speculators-requirements.txt (read from its METADATA, torch pinned, no torchvision/torchaudio).
+# Fails if that last step changed torch or added nvidia-* packages. About 1-2 min with a warm pip cache.
+SPEC_VENV := .venv-speculators
+SPEC_BIN := $(SPEC_VENV)/bin
+SPEC_LOG := $(SPEC_VENV)/install.log
+# Touched only once every step and check passed (pip writes bin/speculators before the torch check).
+SPEC_DONE := $(SPEC_VENV)/installed
+
+$(SPEC_DONE): scripts/speculators-requirements.txt
+	rm -rf $(SPEC_VENV)
+	$(PYTHON) -m venv $(SPEC_VENV)
+	$(SPEC_BIN)/pip install --quiet --upgrade pip >$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	$(SPEC_BIN)/pip install --quiet torch==2.13.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SPEC_VENV)/torch-before.txt
+	$(SPEC_BIN)/pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	$(SPEC_BIN)/pip install --quiet -r scripts/speculators-requirements.txt >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(SPEC_VENV)/torch-before.txt - \
+		|| (echo "$(SPEC_VENV): speculators' dependencies changed torch (lines above); not using it"; exit 1)
+	@echo "$(SPEC_VENV): $$(grep -i '^torch=' $(SPEC_VENV)/torch-before.txt), nvidia-* packages: $$(grep -ic '^nvidia-' $(SPEC_VENV)/torch-before.txt)"
+	touch $@
+
+speculators-venv: $(SPEC_DONE)
+
+# A tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop (scripts/train_demo.py).
+train-demo: setup speculators-venv
+	$(BIN)/python scripts/train_demo.py --speculators-python $(SPEC_BIN)/python
+
 clean:
-	rm -rf $(VENV) demo_out
+	rm -rf $(VENV) $(SPEC_VENV) demo_out train_demo_out

@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"torch threads {torch.get_num_threads()}, dtype {args.dtype}, batch tokens {args.batch_tokens}")
     for fmt in ("speculators", "specforge"):
-        options = HiddenStatesOptions(config="bench", fmt=fmt, folder=Path("."), model=str(TINY), dtype=args.dtype,
+        options = HiddenStatesOptions(configs=("bench",), fmt=fmt, folder=Path("."), model=str(TINY), dtype=args.dtype,
                                       batch_tokens=args.batch_tokens)
         model = load_model(options)
         items = make_items(args.rows, args.max_len, fmt)

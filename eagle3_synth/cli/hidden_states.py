@@ -1,4 +1,4 @@
-"""`eagle3-synth hidden-states DIR CONFIG --format speculators --prepared PREP | --format specforge --out OUT`.
+"""`eagle3-synth hidden-states DIR CONFIG... --format speculators --prepared PREP | --format specforge --out OUT`.
 
 The target model's hidden states for the rows `export --format ids` writes (same --train-on,
 --max-length, --overlong), computed with transformers on any device and written as each trainer
@@ -34,17 +34,18 @@ from eagle3_synth.tools.hidden_layers import DRAFTERS
 from eagle3_synth.tools.hidden_layouts import LAYOUTS
 from eagle3_synth.tools import specforge_target
 from eagle3_synth.tools.hidden_check import check_files
-from eagle3_synth.tools.hidden_states import (DTYPES, HiddenStatesOptions, load_model, prepare, record_manifest,
-                                              recorded_temperature, write_states)
+from eagle3_synth.tools.hidden_states import (DTYPES, HiddenStatesOptions, greedy, load_model, prepare, record_manifest,
+                                              write_states)
 from eagle3_synth.tools.training import TRAIN_ON
-from eagle3_synth.cli.data_options import add_source_argument, open_config
+from eagle3_synth.cli.data_options import add_source_argument, open_from_args, resolve_configs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("hidden-states", help="the target's hidden states in speculators' or SpecForge's layout",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_source_argument(parser)
-    parser.add_argument("config", metavar="CONFIG", help="config name, e.g. B1_glaive")
+    parser.add_argument("configs", metavar="CONFIG", nargs="+", help="config names, e.g. B1_glaive (several: the rows of "
+                        "all, as prepare-data given each one's export)")
     parser.add_argument("--format", required=True, choices=sorted(LAYOUTS))
     parser.add_argument("--prepared", metavar="PREP", help="speculators: the folder `speculators prepare-data` wrote")
     parser.add_argument("--out", metavar="OUT", help="specforge: the folder the .ckpt files go to")
@@ -85,8 +86,14 @@ def _folder(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    source, config = open_config(args)
-    provenance = source.provenance(config)
+    source = open_from_args(args)
+    configs = tuple(resolve_configs(source, args.configs))
+    provenance = source.provenance(configs[0])
+    models = {config: source.provenance(config).model for config in configs}
+    if not args.model and len(set(models.values())) > 1:
+        raise ConfigError("these configs were made with different models "
+                          f"({', '.join(f'{c}: {m}' for c, m in models.items())}); one target's states go together: "
+                          "give the configs of one model, or --model PATH")
     model = args.model or provenance.model
     if not model:
         raise ConfigError(f"which model made this data is not recorded ({provenance.origin}); pass --model PATH")
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_bytes is not None and args.max_bytes < 0:
         raise ConfigError(f"--max-bytes must be >= 0, got {args.max_bytes}")
     options = HiddenStatesOptions(
-        config=config, fmt=args.format, folder=_folder(args),
+        configs=configs, fmt=args.format, folder=_folder(args),
         model=str(Path(model).resolve()) if Path(model).exists() else model, drafter=args.drafter,
         layers=tuple(args.layers) if args.layers else None, train_on=args.train_on, max_length=args.max_length,
         overlong=args.overlong, min_loss_tokens=args.min_loss_tokens, device=args.device, device_map=args.device_map, dtype=args.dtype,
@@ -113,7 +120,7 @@ def _run(source: object, options: HiddenStatesOptions, args: argparse.Namespace)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the config of the model {options.model!r}: {exc}") from exc
     plan, layout = prepare(source, options, model_config)
-    print(f"{options.config} -> {layout.folder} ({options.fmt}, {options.shard}):")
+    print(f"{' '.join(options.configs)} -> {layout.folder} ({options.fmt}, {options.shard}):")
     for line in plan.lines():
         print(f"  {line}")
     if args.dry_run:
@@ -140,8 +147,8 @@ def _run(source: object, options: HiddenStatesOptions, args: argparse.Namespace)
         print(f"  train: specforge train ... mode=offline data.hidden_states_path={layout.folder} "
               f"model.target_model_path={target}")
     if args.check:
-        greedy = recorded_temperature(source, options.config) == 0
-        report = check_files(model, layout, plan.items, LAYOUTS[options.fmt].fixed_dtype or options.dtype, greedy)
+        report = check_files(model, layout, plan.items, LAYOUTS[options.fmt].fixed_dtype or options.dtype,
+                             greedy(source, options.configs))
         for line in report.lines():
             print(f"  {line}")
         if not report.ok:

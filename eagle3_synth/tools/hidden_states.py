@@ -46,7 +46,10 @@ NO_LOSS = "have no token under the loss mask"
 
 @dataclass(frozen=True)
 class HiddenStatesOptions:
-    config: str
+    # One or more configs of the source, together: speculators' prepare-data may be given several
+    # `export --format ids` files at once (`cli/prepare_data.py`, `--data` repeatable), and its
+    # trainer reads one prepared folder (`--data-path`), so the states of a mix are written at once.
+    configs: tuple[str, ...]
     fmt: str  # a key of LAYOUTS
     # speculators: the folder prepare-data saved (states go to its hidden_states/); specforge: --out.
     folder: Path
@@ -68,6 +71,8 @@ class HiddenStatesOptions:
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
+        if not self.configs:
+            raise ConfigError("name at least one CONFIG")
         if self.fmt not in LAYOUTS:
             raise ConfigError(f"--format must be one of {', '.join(LAYOUTS)}, got {self.fmt!r}")
         if self.dtype not in DTYPES:
@@ -82,8 +87,8 @@ class HiddenStatesOptions:
             raise ConfigError(f"--format specforge writes SpecForge's offline EAGLE-3 files only; for --drafter "
                               f"{self.drafter} use --format speculators")
 
-    def export_options(self) -> ExportOptions:
-        return ExportOptions(config=self.config, text=False, train_on=self.train_on,  # type: ignore[arg-type]
+    def export_options(self, config: str) -> ExportOptions:
+        return ExportOptions(config=config, text=False, train_on=self.train_on,  # type: ignore[arg-type]
                              max_length=self.max_length, overlong=self.overlong, min_loss_tokens=self.min_loss_tokens)
 
     def selection(self) -> dict[str, Any]:
@@ -124,18 +129,19 @@ def _digest(ids: Sequence[int] | np.ndarray) -> bytes:
     return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
 
 
-def our_rows(batches: Iterable[Iterable[dict[str, Any]]], options: HiddenStatesOptions,
+def our_rows(batches: Iterable[tuple[str, Iterable[Iterable[dict[str, Any]]]]], options: HiddenStatesOptions,
              counts: Counter) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(row, its `export --format ids` record) for every row that export would write."""
-    export = options.export_options()
-    for batch in batches:
-        for row in batch:
-            record = ids_record(row, export, counts)
-            if record is not None and not too_few_loss_tokens(row, export, counts):
-                yield row, record
+    """(row, its `export --format ids` record) for every row that export would write, config by config."""
+    for config, config_batches in batches:
+        export = options.export_options(config)
+        for batch in config_batches:
+            for row in batch:
+                record = ids_record(row, export, counts)
+                if record is not None and not too_few_loss_tokens(row, export, counts):
+                    yield row, record
 
 
-def specforge_items(batches: Iterable[Iterable[dict[str, Any]]], options: HiddenStatesOptions,
+def specforge_items(batches: Iterable[tuple[str, Iterable[Iterable[dict[str, Any]]]]], options: HiddenStatesOptions,
                     counts: Counter) -> list[Item]:
     layout = LAYOUTS["specforge"]
     items = []
@@ -150,7 +156,7 @@ def specforge_items(batches: Iterable[Iterable[dict[str, Any]]], options: Hidden
     return items
 
 
-def speculators_items(batches: Iterable[Iterable[dict[str, Any]]], options: HiddenStatesOptions,
+def speculators_items(batches: Iterable[tuple[str, Iterable[Iterable[dict[str, Any]]]]], options: HiddenStatesOptions,
                       counts: Counter) -> list[Item]:
     """One item per row of the prepared dataset, matched to ours by `input_ids` (only digests of
     ours are held; the ids come from the prepared dataset, read through Arrow)."""
@@ -164,7 +170,7 @@ def speculators_items(batches: Iterable[Iterable[dict[str, Any]]], options: Hidd
         if match is None:
             raise ConfigError(
                 f"row {index} of the prepared dataset {options.folder} ({len(ids)} tokens) is not a row of "
-                f"{options.config} as selected here ({_selection_text(options)}): prepare it from this dataset's "
+                f"{' '.join(options.configs)} as selected here ({_selection_text(options)}): prepare it from this dataset's "
                 "`export --format ids` with the same options (prepare-data's --seq-length cuts rows: pass "
                 "--max-length L --overlong truncate here and to export)")
         items.append(Item(name=LAYOUTS["speculators"].file_name(index), input_ids=ids, loss_mask=None,
@@ -312,19 +318,26 @@ def prepare(source: Any, options: HiddenStatesOptions, model_config: Any) -> tup
     """Select the rows, match them to the layout's files and plan the run (no model loaded)."""
     layout = LAYOUTS[options.fmt](options.folder)
     counts: Counter = Counter()
-    batches = source.iter_batches(options.config)
+    batches = ((config, source.iter_batches(config)) for config in options.configs)
     items = (speculators_items if options.fmt == "speculators" else specforge_items)(batches, options, counts)
     return make_plan(items, layout, options, model_config, counts), layout
 
 
 def manifest_settings(plan: Plan, options: HiddenStatesOptions) -> dict[str, Any]:
-    return {"format": options.fmt, "config": options.config, "model": str(options.model), "layers": plan.layers,
+    # One config is recorded as its name (as before several could be given), several as a list.
+    config: str | list[str] = options.configs[0] if len(options.configs) == 1 else list(options.configs)
+    return {"format": options.fmt, "config": config, "model": str(options.model), "layers": plan.layers,
             "dtype": options.dtype, "stored_dtype": LAYOUTS[options.fmt].fixed_dtype or options.dtype,
             **options.selection()}
 
 
 def record_manifest(plan: Plan, layout: Any, options: HiddenStatesOptions) -> None:
     check_manifest(layout.folder, manifest_settings(plan, options))
+
+
+def greedy(source: Any, configs: Sequence[str]) -> bool:
+    """Whether every config's rows were sampled greedily (then `--check` also compares argmaxes)."""
+    return all(recorded_temperature(source, config) == 0 for config in configs)
 
 
 def recorded_temperature(source: Any, config: str) -> float | None:

@@ -311,3 +311,38 @@ def test_min_loss_tokens_leaves_rows_out_of_the_files_and_counts_them(built, tmp
     code, text = run_cli([*base, "--dry-run"], capsys)
     assert code == 0 and f"{ROWS - few} rows" in text
     assert f"left out {few} row{'s' if few != 1 else ''} that have fewer supervised tokens than --min-loss-tokens" in text
+
+
+def test_several_configs_follow_one_prepared_mix(built, tmp_path, capsys):
+    """prepare-data given several exports shuffles them into one dataset (its trainer reads one
+    --data-path): the states of the mix are written in one run, and one config alone names the
+    rows that are not its own. Configs made with different models are refused without --model."""
+    ds = tmp_path / "ds"
+    shutil.copytree(built / "ds", ds)
+    other_model = shutil.copytree(TINY_MODEL, tmp_path / "tiny-copy")
+    assert main(["build", "B7_magpie", "--model", str(other_model), "--max-new-tokens", "16", "--temperature", "0",
+                 "--out", str(ds)]) == 0
+    assert main(["export", str(ds), "B7_magpie", "--format", "ids", "--no-text", "--out", str(tmp_path / "b7.jsonl")]) == 0
+    b7 = [json.loads(line) for line in (tmp_path / "b7.jsonl").read_text().splitlines()]
+    prepared = prepare_like_speculators(built, tmp_path / "prep", extra=[{k: r[k] for k in ("input_ids", "loss_mask")}
+                                                                          for r in b7])
+    base = ["hidden-states", str(ds), "--format", "speculators", "--prepared", str(prepared), "--layers", "1", "2"]
+
+    code, text = run_cli([*base[:2], CONFIG, "B7_magpie", *base[2:]], capsys)
+    assert code == 2
+    assert (f"these configs were made with different models ({CONFIG}: {TINY_MODEL.resolve()}, B7_magpie: "
+            f"{other_model.resolve()})") in text
+    code, text = run_cli([*base[:2], CONFIG, *base[2:], "--model", str(TINY_MODEL)], capsys)
+    assert code == 2 and f"is not a row of {CONFIG} as selected here" in text
+    code, text = run_cli([*base[:2], CONFIG, "B7_magpie", *base[2:], "--model", str(TINY_MODEL), "--no-progress"], capsys)
+    assert code == 0, text
+    assert f"{ROWS + len(b7)} rows" in text and f"wrote {ROWS + len(b7)} files" in text
+    from datasets import load_from_disk
+    from safetensors.torch import load_file
+
+    rows = load_from_disk(str(prepared))
+    for i in range(len(rows)):
+        assert torch.equal(load_file(str(prepared / "hidden_states" / f"hs_{i}.safetensors"))["token_ids"],
+                           rows[i]["input_ids"])
+    manifest = json.loads((prepared / "hidden_states" / "eagle3_synth_hidden_states.json").read_text())
+    assert manifest["config"] == [CONFIG, "B7_magpie"]

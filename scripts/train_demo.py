@@ -1,0 +1,169 @@
+"""`make train-demo`: a tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop.
+
+Every step is the README's "Train a drafter" path, run on the bundled tiny model
+(tests/fixtures/models/tiny-kimi, 2 decoder layers, vocabulary 2,048) and printed as the command
+it is:
+
+1. `eagle3-synth build` each config (all eight by default) from its bundled sample prompts,
+   several sampled rollouts per prompt (`--samples-per-prompt`, temperature > 0), short outputs;
+2. `eagle3-synth export --format ids` per config, and `eagle3-synth vocab` over the mix;
+3. `speculators prepare-data` on the exports (speculators 0.9.0, its own virtual environment:
+   `make speculators-venv`);
+4. `eagle3-synth hidden-states ... --format speculators --prepared` for those prepared rows (the
+   tiny model has 2 layers, so `--layers 0 1 2`: EAGLE-3's default `[2, n//2, n-3]` needs 5);
+5. `speculators train` through scripts/speculators_cpu.py (speculators' CLI with its two
+   accelerator-only calls patched), with `--on-missing raise`: a hidden-states file the trainer
+   cannot read stops it rather than asking a vLLM server.
+
+It prints the validation accuracy per epoch (`full_acc_k`: the share of positions whose k+1 first
+draft tokens all match the target's, from the trainer's own metrics). Reruns reuse the built
+dataset (builds resume) and redo the rest. The package itself never imports speculators.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
+CPU_MAIN = ROOT / "scripts" / "speculators_cpu.py"
+LAYERS = ("0", "1", "2")
+# speculators' own flags off its GPU-only paths (train/config/schema.py, 0.9.0): sdpa instead of
+# flex attention (:190), the eager loss instead of the fused triton one (:304), no worker
+# processes (:224), float32 hidden states (:218, no bf16 autocast on the CPU).
+CPU_FLAGS = ("--draft-attn-impl", "sdpa", "--loss-implementation", "eager", "--num-workers", "0",
+             "--hidden-states-dtype", "float32")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from eagle3_synth.prompts.configs import BUILTIN_CONFIGS
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "train_demo_out", help="work folder (default train_demo_out/)")
+    parser.add_argument("--configs", nargs="+", default=list(BUILTIN_CONFIGS), metavar="CONFIG",
+                        help="configs built and mixed (default: all eight)")
+    parser.add_argument("--samples-per-prompt", type=int, default=12, help="rollouts per bundled prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--draft-vocab-size", type=int, default=256)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=1e-3, help="speculators' --lr (its default)")
+    parser.add_argument("--total-seq-len", type=int, default=2048,
+                        help="speculators' --total-seq-len: tokens packed into one training batch")
+    parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
+    parser.add_argument("--speculators-python", type=Path, default=ROOT / ".venv-speculators" / "bin" / "python",
+                        help="the interpreter speculators 0.9.0 is installed for (make speculators-venv)")
+    return parser.parse_args(argv)
+
+
+def show(argv: list[str], prog: str = "eagle3-synth") -> None:
+    print(f"\n$ {prog} " + " ".join(shlex.quote(str(a)) for a in argv), flush=True)
+
+
+def ours(argv: list[str]) -> None:
+    """One eagle3-synth command, in this process (as `scripts/demo.py`)."""
+    from eagle3_synth.cli import main as cli
+
+    show(argv)
+    code = cli([str(a) for a in argv])
+    if code != 0:
+        raise SystemExit(f"train_demo: `eagle3-synth {argv[0]}` exited with {code}")
+
+
+def theirs(python: Path, argv: list[str], log: Path, env: dict[str, str] | None = None, cpu_patched: bool = False) -> None:
+    """One speculators command in its own environment (`cpu_patched`: through scripts/speculators_cpu.py);
+    its long console output goes to `log`, its last lines are shown if it fails."""
+    show(argv, prog="python scripts/speculators_cpu.py" if cpu_patched else "speculators")
+    command = [str(python), *([str(CPU_MAIN)] if cpu_patched else ["-m", "speculators"]), *argv]
+    # Wide lines: rich wraps the trainer's console to the terminal width, which a log file lacks.
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    with open(log, "w", encoding="utf-8") as out:
+        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=full_env, check=False).returncode
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+        raise SystemExit("\n".join(tail) + f"\ntrain_demo: `speculators {argv[0]}` exited with {code} (whole log: {log})")
+    print(f"  ok (log: {log})", flush=True)
+
+
+def validation_epochs(metrics: Path) -> list[dict[str, float]]:
+    """The trainer's per-epoch validation metrics, in order (records it logged with a "val" key)."""
+    if not metrics.is_file():
+        return []
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{"epoch": r["epoch"], **r["val"]} for r in records if isinstance(r.get("val"), dict)]
+
+
+def accuracy_lines(epochs: list[dict[str, float]]) -> list[str]:
+    lines = []
+    for e in epochs:
+        accs = [e[k] for k in sorted(k for k in e if k.startswith("full_acc_"))]
+        lines.append(f"  epoch {int(e['epoch']) + 1}: validation full_acc " + " / ".join(f"{a:.3f}" for a in accs)
+                     + f" (draft steps 1..{len(accs)}), loss {e.get('loss_epoch', float('nan')):.3f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    python = args.speculators_python
+    if not python.is_file():
+        raise SystemExit(f"train_demo: {python} is missing: create it with `make speculators-venv`")
+    started = time.perf_counter()
+    out: Path = args.out
+    ds, train, vocab, prepared, drafter = (out / n for n in ("ds", "train", "vocab", "prepared", "drafter"))
+    for folder in (train, out / "logs"):
+        folder.mkdir(parents=True, exist_ok=True)
+
+    for config in args.configs:
+        ours(["build", config, "--model", MODEL, "--out", ds, "--samples-per-prompt", args.samples_per_prompt,
+              "--max-new-tokens", args.max_new_tokens, "--temperature", args.temperature, "--seed", 0])
+    exports = []
+    for config in args.configs:
+        exports.append(train / f"{config}.jsonl")
+        ours(["export", ds, config, "--format", "ids", "--no-text", "--out", exports[-1], "--overwrite"])
+    ours(["vocab", ds, *args.configs, "--draft-vocab-size", args.draft_vocab_size, "--out", vocab, "--overwrite"])
+
+    # prepare-data, hidden states and training are redone on each run: a fresh shuffle needs fresh files.
+    for stale in (prepared, drafter):
+        shutil.rmtree(stale, ignore_errors=True)
+    model_config = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
+    theirs(python, ["prepare-data", "--model", str(MODEL), *[a for f in exports for a in ("--data", str(f))],
+                    "--output", str(prepared), "--seq-length", "2048"], out / "logs" / "prepare-data.log")
+    ours(["hidden-states", ds, *args.configs, "--format", "speculators", "--prepared", prepared, "--model", MODEL,
+          "--layers", *LAYERS, "--dtype", "float32", "--no-progress"])
+
+    mapping = vocab / f"speculators-{model_config['vocab_size']}-{args.draft_vocab_size}"
+    metrics = out / "logs" / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    steps = ["--max-steps", str(args.max_steps)] if args.max_steps else []
+    theirs(python, ["train", "--verifier-name-or-path", str(MODEL), "--data-path", str(prepared),
+                    "--speculator-type", "eagle3", "--target-layer-ids", *LAYERS, "--on-missing", "raise",
+                    "--draft-vocab-size", str(args.draft_vocab_size),
+                    "--d2t-path", str(mapping / f"d2t-{args.draft_vocab_size}.npy"),
+                    "--t2d-path", str(mapping / f"t2d-{args.draft_vocab_size}.npy"),
+                    "--total-seq-len", str(args.total_seq_len), "--epochs", str(args.epochs), "--lr", str(args.lr), *steps, *CPU_FLAGS,
+                    "--save-path", str(drafter), "--log-dir", str(out / "logs"), "--no-resume-from-checkpoint"],
+           out / "logs" / "train.log", env={"SPECULATORS_METRICS_JSONL": str(metrics)}, cpu_patched=True)
+
+    epochs = validation_epochs(metrics)
+    if not epochs:
+        raise SystemExit(f"train_demo: the trainer logged no validation metrics ({metrics}; see {out / 'logs' / 'train.log'})")
+    print(f"\nEAGLE-3 drafter trained by speculators on the CPU ({len(epochs)} epochs, {time.perf_counter() - started:.0f} s "
+          f"in all; checkpoints in {drafter}):")
+    for line in accuracy_lines(epochs):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
