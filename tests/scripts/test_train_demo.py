@@ -3,14 +3,14 @@ this package writes (ids export, draft vocabulary, hidden states) and train a fe
 
 Needs speculators' virtual environment (`make speculators-venv`; .ci/run creates it). Without it
 the test skips, naming why, except where EAGLE3_SYNTH_REQUIRE_SPECULATORS=1 (CI): there a missing
-environment fails, so CI cannot silently stop checking what the trainer reads.
+environment fails, so CI cannot silently stop checking what the trainer reads
+(tests/support/trainer_venvs.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,26 +18,15 @@ from pathlib import Path
 import pytest
 
 from ..conftest import TINY_MODEL
+from ..support.trainer_venvs import SPECULATORS, trainer_python
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".venv-speculators"
 STEPS = 3
 
 
 @pytest.fixture(scope="module")
 def speculators_python() -> Path:
-    given = os.environ.get("EAGLE3_SYNTH_SPECULATORS_PYTHON")
-    python = Path(given) if given else VENV / "bin" / "python"
-    # `make speculators-venv` touches `installed` only once the install and its torch check passed.
-    if python.is_file() and (given or (VENV / "installed").is_file()):
-        return python
-    why = f"speculators' environment ({python}) is not there: `make speculators-venv` creates it"
-    if not given and VENV.is_dir():
-        why = (f"speculators' environment {VENV} is incomplete (an install that failed or was stopped; "
-               f"see {VENV / 'install.log'}): `make speculators-venv` makes it again")
-    if os.environ.get("EAGLE3_SYNTH_REQUIRE_SPECULATORS") == "1":
-        pytest.fail(why + "; EAGLE3_SYNTH_REQUIRE_SPECULATORS=1 forbids skipping")
-    pytest.skip(why)
+    return trainer_python(SPECULATORS)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from ..conftest import TINY_MODEL
 from ..support.built_datasets import rewrite_rows
 from ..support.cli_processes import KILLED, run_cli_process
 from ..support.cli_runs import run_cli
+from ..support.trainer_venvs import SPECULATORS, read_with, trainer_python
 
 pytestmark = pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(),
                                 reason="tiny model fixture missing: run scripts/train_tiny_model.py")
@@ -163,17 +164,38 @@ def test_a_prepared_row_that_is_not_ours_is_named(built, tmp_path, capsys):
     assert not (prepared / "hidden_states").exists()
 
 
-def test_speculators_own_reader_loads_every_file(built, tmp_path, capsys):
-    data = pytest.importorskip("speculators.train.data",
-                               reason="speculators 0.9.0 is not in this venv (it pins datasets<=5.1, transformers<=5.19 "
-                               "and a CUDA torch); `make train-demo` installs it in a venv of its own")
+def as_tensor(described: dict) -> torch.Tensor:
+    """A tensor the trainer's reader returned (tests/support/trainer_readers/described.py), rebuilt."""
+    return torch.tensor(described["values"], dtype=getattr(torch, described["dtype"].removeprefix("torch.")))
+
+
+@pytest.fixture(scope="module")
+def speculators_python() -> Path:
+    """Module-scoped and named before `built`, so it is resolved first: a skip costs no build."""
+    return trainer_python(SPECULATORS)
+
+
+def test_speculators_own_reader_loads_every_file(speculators_python, built, tmp_path, capsys):
     prepared = prepare_like_speculators(built, tmp_path / "prep")
     assert run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "speculators", "--prepared",
                     str(prepared), "--layers", "0", "1", "2"], capsys)[0] == 0
-    dataset = data.ArrowDataset(max_len=4096, datapath=str(prepared), on_missing="raise")
-    for i in range(len(dataset)):
-        sample = dataset[i]
-        assert sample["hidden_states"].shape[1] == 3 * 128 and sample["verifier_last_hidden_states"].shape[1] == 128
+    from datasets import load_from_disk
+    from safetensors.torch import load_file
+
+    rows = load_from_disk(str(prepared))
+    samples = read_with(speculators_python, "speculators", str(prepared))
+    assert len(samples) == len(rows) == ROWS
+    for i, sample in enumerate(samples):
+        assert "unavailable" not in sample, f"row {i}: {sample}"  # token_ids matched the prepared row
+        written = load_file(str(prepared / "hidden_states" / f"hs_{i}.safetensors"))
+        t = len(rows[i]["input_ids"])
+        assert sample["hidden_states"]["shape"] == [t, 3 * 128] and sample["verifier_last_hidden_states"]["shape"] == [t, 128]
+        assert sample["hidden_states"]["dtype"] == str(written["hidden_states"].dtype) == "torch.bfloat16"
+        # The aux layers in order, then the pre-norm state, as speculators slices them (train/data.py: _get_raw_data).
+        assert torch.equal(as_tensor(sample["hidden_states"]), written["hidden_states"][:, :-1].flatten(1))
+        assert torch.equal(as_tensor(sample["verifier_last_hidden_states"]), written["hidden_states"][:, -1])
+        assert torch.equal(as_tensor(sample["input_ids"]), rows[i]["input_ids"])
+        assert torch.equal(as_tensor(sample["loss_mask"]), rows[i]["loss_mask"])
 
 
 def test_specforge_own_reader_loads_every_file(built, tmp_path, capsys):
