@@ -21,7 +21,7 @@ from ..conftest import TINY_MODEL
 from ..support.built_datasets import rewrite_rows
 from ..support.cli_processes import KILLED, run_cli_process
 from ..support.cli_runs import run_cli
-from ..support.trainer_venvs import SPECULATORS, read_with, trainer_python
+from ..support.trainer_venvs import SPECFORGE, SPECULATORS, read_with, trainer_python
 
 pytestmark = pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(),
                                 reason="tiny model fixture missing: run scripts/train_tiny_model.py")
@@ -175,6 +175,11 @@ def speculators_python() -> Path:
     return trainer_python(SPECULATORS)
 
 
+@pytest.fixture(scope="module")
+def specforge_python() -> Path:
+    return trainer_python(SPECFORGE)
+
+
 def test_speculators_own_reader_loads_every_file(speculators_python, built, tmp_path, capsys):
     prepared = prepare_like_speculators(built, tmp_path / "prep")
     assert run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "speculators", "--prepared",
@@ -198,20 +203,25 @@ def test_speculators_own_reader_loads_every_file(speculators_python, built, tmp_
         assert torch.equal(as_tensor(sample["loss_mask"]), rows[i]["loss_mask"])
 
 
-def test_specforge_own_reader_loads_every_file(built, tmp_path, capsys):
-    reader = pytest.importorskip("specforge.runtime.data_plane.offline_reader",
-                                 reason="SpecForge 0.2.0 is not in this venv (it is not a dependency)")
-    from specforge.algorithms.eagle3.data import normalize_offline_sample
-    from specforge.runtime.data_plane.feature_store import load_feature_file
-
+def test_specforge_own_reader_loads_every_file(specforge_python, built, tmp_path, capsys):
     out = tmp_path / "sf"
     assert run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(out),
                     "--layers", "0", "1", "2"], capsys)[0] == 0
-    refs = reader.OfflineManifestReader(str(out)).read()
-    assert len(refs) == ROWS
-    for ref in refs:
-        sample = normalize_offline_sample(load_feature_file(ref.feature_store_uri[len("file://"):]), max_len=2048)
-        assert sample["hidden_state"].shape[-1] == 3 * 128
+    samples = read_with(specforge_python, "specforge", str(out))
+    assert [s["file"] for s in samples] == [f"{CONFIG}-{i:09d}.ckpt" for i in range(ROWS)]
+    for record, sample in zip(records(built), samples):
+        written = torch.load(out / sample["file"], weights_only=True)
+        t = len(record["input_ids"])
+        assert sample["num_tokens"] == t  # validate_files=True opened the file and found the four keys
+        # The bf16 SpecForge's target head is built in; `hidden_state` is its name for our aux states.
+        assert (sample["hidden_state"]["shape"], sample["hidden_state"]["dtype"]) == ([1, t, 3 * 128], "torch.bfloat16")
+        assert (sample["target"]["shape"], sample["target"]["dtype"]) == ([1, t, 128], "torch.bfloat16")
+        assert torch.equal(as_tensor(sample["hidden_state"]), written["aux_hidden_state"])
+        assert torch.equal(as_tensor(sample["target"]), written["hidden_state"])
+        assert torch.equal(as_tensor(sample["input_ids"]), written["input_ids"].unsqueeze(0))
+        assert as_tensor(sample["input_ids"]).tolist() == [record["input_ids"]]
+        # SpecForge zeroes the last mask position at load (algorithms/eagle3/data.py: normalize_offline_sample).
+        assert as_tensor(sample["loss_mask"]).tolist() == [record["loss_mask"][:-1] + [0]]
 
 
 def test_a_killed_run_resumes_and_redoes_a_torn_file(built, tmp_path, capsys):
