@@ -37,7 +37,8 @@ from eagle3_synth.dataset.parquet import prefetched
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.prompts.configs import CONFIGS, get_config, load_config_file
 from eagle3_synth.run import generate as run_generate
-from eagle3_synth.run.assemble import NoRowsToWrite, check_run, iter_row_tables, sample_id_ranges
+from eagle3_synth.run.assemble import (NoRowsToWrite, check_run, held_out_conversations, iter_row_tables,
+                                       sample_id_ranges)
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.progress import Coverage, RunSummary
 from eagle3_synth.run.settings import GenerationSettings
@@ -132,6 +133,7 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
         elif not RunDirectory(run_dir).exists():
             raise ConfigError(f"{run_dir} holds no run yet: give --model (and --engine ...) to generate the config, "
                               "or --run-dir of a run that `eagle3-synth generate` filled")
+        self._check_validation(run_dir)
         coverage = self.coverage = check_run(run_dir, name)
         for line in coverage.lines():
             self.echo(line)
@@ -142,9 +144,26 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
                 raise ConfigError(coverage.missing_message())
             self.echo(f"  --partial: building without the {len(coverage.missing)} samples that have no result yet")
         ranges = sample_id_ranges(coverage.sample_ids, stops=coverage.sample_id_stops)
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"run_dir": run_dir, "ranges": ranges})]
+        held_out = held_out_conversations(RunDirectory(run_dir))
+        if not len(held_out):  # train only, as before the option existed: no empty validation split
+            return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"run_dir": run_dir, "ranges": ranges})]
+        self.echo(f"  validation: {len(held_out)} conversations held out (every rollout and turn of each)")
+        return [datasets.SplitGenerator(name=split, gen_kwargs={"run_dir": run_dir, "ranges": ranges, "split": str(split)})
+                for split in (datasets.Split.TRAIN, datasets.Split.VALIDATION)]
 
-    def _generate_tables(self, run_dir: str, ranges: list[tuple[int, int]]) -> Iterator[tuple[Key, pa.Table]]:
+    def _check_validation(self, run_dir: str) -> None:
+        """Assembling only, a `validation` given must be the one the run was made with (fingerprinted)."""
+        given = self.config.validation
+        if self.config.generates or given is None:
+            return
+        recorded = RunDirectory(run_dir).read_run_file()["fields"].get("validation")
+        if recorded != given:
+            raise ConfigError(f"--validation {given}: the run directory {run_dir} was generated with validation "
+                              f"{recorded} (it is part of the run's fingerprint); build without --validation or "
+                              "with the run's own")
+
+    def _generate_tables(self, run_dir: str, ranges: list[tuple[int, int]], split: str | None = None
+                         ) -> Iterator[tuple[Key, pa.Table]]:
         # Assembled in a thread while datasets writes the previous table (Parquet encoding releases the GIL).
-        for shard, batch, table in prefetched(iter_row_tables(run_dir, ranges)):
+        for shard, batch, table in prefetched(iter_row_tables(run_dir, ranges, split=split)):
             yield Key(shard, batch), table

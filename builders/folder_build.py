@@ -72,11 +72,12 @@ def build_config(
         if on_coverage is not None and builder.coverage is not None:
             on_coverage(builder.coverage)
         sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
+        validation = glob.glob(os.path.join(output_dir, "*-validation*.parquet"))
         num_rows = builder.info.splits["train"].num_examples
         if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
             raise ConfigError(f"{config}: the run directory {settings.run_dir} holds no row to write; nothing written")
         files = install_config(folder, config, sources, settings.run_dir or builder.run_dir, num_rows,
-                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"))
+                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"), validation=validation)
     return num_rows, files
 
 
