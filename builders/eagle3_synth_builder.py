@@ -14,9 +14,11 @@ Installed as `eagle3_synth_builders`; from a checkout's root `builders` imports 
 Generation is the "download" and the run directory is its cache (`run_dir`, default a folder per
 config under the builder's downloads dir): `_split_generators` runs resumable generation into it,
 so a crash loses nothing and the same call resumes. Given no model it only assembles an existing
-run directory. The train split's `gen_kwargs` carry sample-id ranges, which `num_proc` processes
+run directory. Each split's `gen_kwargs` carry sample-id ranges, which `num_proc` processes
 share; `_generate_tables` yields Arrow tables of up to 1,000 rows in the contract's schema,
 assembled one ahead in a thread while datasets' writer encodes the last (`dataset.parquet.prefetched`).
+A run with `validation` (`prompts/validation.py`) has a `validation` split beside `train`: the same
+ranges, each split taking its own whole conversations (`run.assemble.iter_rows(split=...)`).
 """
 
 from __future__ import annotations
@@ -145,10 +147,11 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
             self.echo(f"  --partial: building without the {len(coverage.missing)} samples that have no result yet")
         ranges = sample_id_ranges(coverage.sample_ids, stops=coverage.sample_id_stops)
         held_out = held_out_conversations(RunDirectory(run_dir))
+        gen_kwargs = {"run_dir": run_dir, "ranges": ranges}
         if not len(held_out):  # train only, as before the option existed: no empty validation split
-            return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"run_dir": run_dir, "ranges": ranges})]
+            return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=gen_kwargs)]
         self.echo(f"  validation: {len(held_out)} conversations held out (every rollout and turn of each)")
-        return [datasets.SplitGenerator(name=split, gen_kwargs={"run_dir": run_dir, "ranges": ranges, "split": str(split)})
+        return [datasets.SplitGenerator(name=split, gen_kwargs={**gen_kwargs, "split": str(split)})
                 for split in (datasets.Split.TRAIN, datasets.Split.VALIDATION)]
 
     def _check_validation(self, run_dir: str) -> None:

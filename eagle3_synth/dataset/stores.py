@@ -211,7 +211,8 @@ class RunSource(RowSource):
 
         self.check_config(config)
         if self.split != "train" and self.run_info[config].get("fields", {}).get("validation") is None:
-            raise ConfigError(f"{self.run_dirs[config]}: the run has no {self.split} split (generated without --validation)")
+            raise ConfigError(f"{self.run_dirs[config]}: the run has no {self.split} split "
+                              "(generated without --validation)")
         return iter_rows(self.run_dirs[config], split=self.split)
 
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:

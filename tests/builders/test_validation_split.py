@@ -71,6 +71,7 @@ def test_a_fraction_is_recorded_in_the_run_and_another_value_is_refused(tmp_path
     assert main([*ARGV, "--validation", "0.5", "--out", str(out)]) == 0
     assert RunDirectory(out / ".runs" / CONFIG).read_run_file()["fields"]["validation"] == 0.5
     train, validation = split_rows(out, "train"), split_rows(out, "validation")
+    assert f"wrote {len(train) + len(validation)} rows to " in capsys.readouterr().out  # both splits counted
     assert sorted(by_conversation(validation)) == [1]  # the one conversation drawn below 0.5 with seed 0
     assert 1 not in by_conversation(train) and train
     capsys.readouterr()
