@@ -14,9 +14,11 @@ Installed as `eagle3_synth_builders`; from a checkout's root `builders` imports 
 Generation is the "download" and the run directory is its cache (`run_dir`, default a folder per
 config under the builder's downloads dir): `_split_generators` runs resumable generation into it,
 so a crash loses nothing and the same call resumes. Given no model it only assembles an existing
-run directory. The train split's `gen_kwargs` carry sample-id ranges, which `num_proc` processes
+run directory. Each split's `gen_kwargs` carry sample-id ranges, which `num_proc` processes
 share; `_generate_tables` yields Arrow tables of up to 1,000 rows in the contract's schema,
 assembled one ahead in a thread while datasets' writer encodes the last (`dataset.parquet.prefetched`).
+A run with `validation` (`prompts/validation.py`) has a `validation` split beside `train`: the same
+ranges, each split taking its own whole conversations (`run.assemble.iter_rows(split=...)`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from eagle3_synth.dataset.parquet import prefetched
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.prompts.configs import CONFIGS, get_config, load_config_file
 from eagle3_synth.run import generate as run_generate
-from eagle3_synth.run.assemble import NoRowsToWrite, check_run, iter_row_tables, sample_id_ranges
+from eagle3_synth.run.assemble import (NoRowsToWrite, check_run, held_out_conversations, iter_row_tables,
+                                       sample_id_ranges)
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.progress import Coverage, RunSummary
 from eagle3_synth.run.settings import GenerationSettings
@@ -132,6 +135,7 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
         elif not RunDirectory(run_dir).exists():
             raise ConfigError(f"{run_dir} holds no run yet: give --model (and --engine ...) to generate the config, "
                               "or --run-dir of a run that `eagle3-synth generate` filled")
+        self._check_validation(run_dir)
         coverage = self.coverage = check_run(run_dir, name)
         for line in coverage.lines():
             self.echo(line)
@@ -142,9 +146,27 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
                 raise ConfigError(coverage.missing_message())
             self.echo(f"  --partial: building without the {len(coverage.missing)} samples that have no result yet")
         ranges = sample_id_ranges(coverage.sample_ids, stops=coverage.sample_id_stops)
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"run_dir": run_dir, "ranges": ranges})]
+        held_out = held_out_conversations(RunDirectory(run_dir))
+        gen_kwargs = {"run_dir": run_dir, "ranges": ranges}
+        if not len(held_out):  # train only, as before the option existed: no empty validation split
+            return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=gen_kwargs)]
+        self.echo(f"  validation: {len(held_out)} conversations held out (every rollout and turn of each)")
+        return [datasets.SplitGenerator(name=split, gen_kwargs={**gen_kwargs, "split": str(split)})
+                for split in (datasets.Split.TRAIN, datasets.Split.VALIDATION)]
 
-    def _generate_tables(self, run_dir: str, ranges: list[tuple[int, int]]) -> Iterator[tuple[Key, pa.Table]]:
+    def _check_validation(self, run_dir: str) -> None:
+        """Assembling only, a `validation` given must be the one the run was made with (fingerprinted)."""
+        given = self.config.validation
+        if self.config.generates or given is None:
+            return
+        recorded = RunDirectory(run_dir).read_run_file()["fields"].get("validation")
+        if recorded != given:
+            raise ConfigError(f"--validation {given}: the run directory {run_dir} was generated with validation "
+                              f"{recorded} (it is part of the run's fingerprint); build without --validation or "
+                              "with the run's own")
+
+    def _generate_tables(self, run_dir: str, ranges: list[tuple[int, int]], split: str | None = None
+                         ) -> Iterator[tuple[Key, pa.Table]]:
         # Assembled in a thread while datasets writes the previous table (Parquet encoding releases the GIL).
-        for shard, batch, table in prefetched(iter_row_tables(run_dir, ranges)):
+        for shard, batch, table in prefetched(iter_row_tables(run_dir, ranges, split=split)):
             yield Key(shard, batch), table

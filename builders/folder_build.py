@@ -46,7 +46,8 @@ def build_config(
 ) -> tuple[int, list[Path]]:
     """Generate (if `settings` say so) and assemble `config` through the builder, then install its
     Parquet files into `<folder>/<config>/` with run_info.json, and rewrite README.md; return
-    (rows, files). `settings.run_dir` is the run directory (any fsspec URL).
+    (rows, files), the rows of both splits with `--validation`. `settings.run_dir` is the run
+    directory (any fsspec URL).
 
     Assembling only (no model), a run that a generator is still writing is refused unless
     `partial` (`_check_no_generator`).
@@ -72,12 +73,14 @@ def build_config(
         if on_coverage is not None and builder.coverage is not None:
             on_coverage(builder.coverage)
         sources = glob.glob(os.path.join(output_dir, "*-train*.parquet"))
+        validation = glob.glob(os.path.join(output_dir, "*-validation*.parquet"))
         num_rows = builder.info.splits["train"].num_examples
         if not num_rows:  # a 0-row config would make the folder's README name data load_dataset cannot load
             raise ConfigError(f"{config}: the run directory {settings.run_dir} holds no row to write; nothing written")
         files = install_config(folder, config, sources, settings.run_dir or builder.run_dir, num_rows,
-                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"))
-    return num_rows, files
+                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"), validation=validation)
+        held_out = builder.info.splits["validation"].num_examples if "validation" in builder.info.splits else 0
+    return num_rows + held_out, files
 
 
 def _say_now(echo: Callable[[str], None], line: str) -> None:

@@ -18,6 +18,8 @@ def add_source_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="DIR",
                         help="built dataset folder, run directory (or OUT/.runs), or a repo id org/name")
     parser.add_argument("--revision", help="repo id only: a tag, branch or commit (e.g. v1.0.0)")
+    parser.add_argument("--split", choices=("train", "validation"), default="train",
+                        help="which split to read: train (default), or validation (a build with --validation)")
 
 
 def add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +31,7 @@ def add_tokenizer_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_from_args(args: argparse.Namespace) -> RowSource:
-    return open_source(args.source, revision=args.revision)
+    return open_source(args.source, revision=args.revision, split=args.split)
 
 
 def open_config(args: argparse.Namespace) -> tuple[RowSource, str]:

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         layers=tuple(args.layers) if args.layers else None, train_on=args.train_on, max_length=args.max_length,
         overlong=args.overlong, min_loss_tokens=args.min_loss_tokens, device=args.device, device_map=args.device_map, dtype=args.dtype,
         batch_tokens=args.batch_tokens, shard=Shard(args.shard_index, args.num_shards),
-        trust_remote_code=args.trust_remote_code)
+        trust_remote_code=args.trust_remote_code, split=args.split)
     return _run(source, options, args)
 
 

@@ -105,6 +105,10 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                        "--top-p, --top-k, --min-p, e.g. temperature=0.0:0.2,temperature=0.6:0.5,temperature=1.0:0.3 "
                        "(several values: temperature=0.6+top_p=0.95:0.5); every turn of a rollout uses its "
                        "rollout's; recorded per row in `sampling`")
+    talks.add_argument("--validation", metavar="N|FRACTION",
+                       help="hold out whole conversations (every rollout, every turn) as a `validation` split: "
+                       "N of them, or a FRACTION (0.05), drawn by a seeded draw (--selection-seed); fingerprinted "
+                       "(default: the config's, none: train only)")
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--max-new-tokens", type=int,
                           help=f"cap on output tokens (default: the config's, {SamplingSpec.max_new_tokens})")
@@ -256,6 +260,7 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         samples_per_prompt=args.samples_per_prompt,
         template_kwarg_mix=parse_kwarg_mix(args.template_kwarg_mix) if args.template_kwarg_mix else (),
         sampling_mix=args.sampling_mix or (),
+        validation=args.validation,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,

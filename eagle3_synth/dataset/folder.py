@@ -38,6 +38,7 @@ from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.contract.row import FEATURES
 from eagle3_synth.dataset.folder_lock import folder_lock
 from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_rows
+from eagle3_synth.prompts.validation import SPLITS
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 from eagle3_synth.run.kill_points import kill_point
 
@@ -51,15 +52,17 @@ _PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
 _HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
 
 
-def config_data_files(config: str, fingerprint: str | None = None) -> list[dict[str, str]]:
-    """The card's `data_files` of a config: its shards, those of one build if `fingerprint` is given."""
-    name = f"train-{fingerprint}-*.parquet" if fingerprint else "train-*.parquet"
-    return [{"split": "train", "path": f"{config}/{name}"}]
+def config_data_files(config: str, fingerprint: str | None = None, validation: bool = False) -> list[dict[str, str]]:
+    """The card's `data_files` of a config: its shards (of one build if `fingerprint`), `validation`'s too if asked."""
+    splits = ("train", "validation") if validation else ("train",)
+    return [{"split": split, "path": f"{config}/{split}-{fingerprint + '-' if fingerprint else ''}*.parquet"}
+            for split in splits]
 
 
 def shard_fingerprint(folder: Path, config: str) -> str | None:
     """The build fingerprint a config's shard names carry (None for names without one)."""
-    found = {m.group(1) if (m := SHARD_NAME.fullmatch(p.name)) else None for p in config_files(folder, config)}
+    files = [p for split in SPLITS for p in config_files(folder, config, split)]
+    found = {m.group(1) if (m := SHARD_NAME.fullmatch(p.name)) else None for p in files}
     return found.pop() if len(found) == 1 else None
 
 
@@ -77,15 +80,15 @@ def built_configs(folder: Path) -> list[str]:
 
 
 def _has_shards(config_folder: Path) -> bool:
-    try:
+    try:  # a validation split is never without a train split
         return any(config_folder.glob("train-*.parquet"))
     except FileNotFoundError:  # removed since it was listed
         return False
 
 
-def config_files(folder: Path, config: str) -> list[Path]:
-    """A config's Parquet shards in order (the names sort as `train-00000-of-N`, `train-00001-of-N`)."""
-    return sorted((Path(folder) / config).glob("train-*.parquet"))
+def config_files(folder: Path, config: str, split: str = "train") -> list[Path]:
+    """A config's Parquet shards of `split` in order (the names sort as `train-00000-of-N`, `...-00001-of-N`)."""
+    return sorted((Path(folder) / config).glob(f"{split}-*.parquet"))
 
 
 # -- provenance --------------------------------------------------------------------------------------
@@ -149,12 +152,12 @@ def _replace_text(path: Path, text: str) -> None:
 
 
 def install_config(folder: Path, config: str, sources: Sequence[str], run_dir: str | Path, num_rows: int,
-                   on_wait: Callable[[str], None] | None = None) -> list[Path]:
+                   on_wait: Callable[[str], None] | None = None, validation: Sequence[str] = ()) -> list[Path]:
     """Install a build's Parquet files as `<folder>/<config>/` (swapped in whole, `install_shards`),
     copy its run's provenance and rewrite README.md, all under the folder's lock (`on_wait` hears
     whom it waits for): parallel builds into one folder take turns and every config stays listed."""
     with folder_lock(folder, on_wait):
-        files = install_shards(sources, folder, config)
+        files = install_shards(sources, folder, config, validation)
         kill_point("assemble.installed")
         write_run_info(folder, config, run_dir)
         write_readme(folder, {config: num_rows})
@@ -203,17 +206,16 @@ def config_facts(config: str, run_info: Mapping[str, Any] | None = None) -> dict
 
 
 def card_data(
-    configs: Sequence[str],
-    num_rows: Mapping[str, int],
-    features: Features = FEATURES,
-    *,
+    configs: Sequence[str], num_rows: Mapping[str, int], features: Features = FEATURES, *,
     run_infos: Mapping[str, Mapping[str, Any] | None] | None = None,
     data_files: Mapping[str, list[dict[str, str]]] | None = None,
+    validation_rows: Mapping[str, int] | None = None,
 ) -> DatasetCardData:
     """YAML front matter: one `configs` entry per config (one `default: true`) and its `dataset_info`.
 
-    `data_files` per config defaults to all its shards (`config_data_files`)."""
-    run_infos, data_files = run_infos or {}, data_files or {}
+    `data_files` per config defaults to all its shards (`config_data_files`); `validation_rows`:
+    the rows of each config built with a `validation` split."""
+    run_infos, data_files, validation_rows = run_infos or {}, data_files or {}, validation_rows or {}
     default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else (configs[0] if configs else None)
     facts = {c: config_facts(c, run_infos.get(c)) for c in configs}
     licenses = sorted({hub_license(str(f.get("license", ""))) if f else "unknown"
@@ -236,6 +238,8 @@ def card_data(
     for name in configs:
         splits = SplitDict()
         splits.add(SplitInfo(name="train", num_examples=num_rows.get(name, 0)))
+        if name in validation_rows:  # a build with --validation
+            splits.add(SplitInfo(name="validation", num_examples=validation_rows[name]))
         infos[name] = DatasetInfo(features=features, config_name=name, splits=splits)
     infos.to_dataset_card_data(data)
     return data
@@ -297,9 +301,7 @@ def _figures(plots: Mapping[str, str]) -> str:
 
 
 def render_card(
-    configs: Sequence[str],
-    num_rows: Mapping[str, int],
-    *,
+    configs: Sequence[str], num_rows: Mapping[str, int], *,
     stats: Sequence[Any],
     run_infos: Mapping[str, dict[str, Any] | None],
     repo_id: str,
@@ -307,16 +309,18 @@ def render_card(
     plots: Mapping[str, str] | None = None,
     features: Features = FEATURES,
     data_files: Mapping[str, list[dict[str, str]]] | None = None,
+    validation_rows: Mapping[str, int] | None = None,
 ) -> str:
     """README.md text: front matter for `configs`, body from dataset_card.md with every figure filled.
 
     `stats` are `stats.ConfigStats` in config order; `plots` maps a config to its PNG path in the
-    repo; `data_files` (per config) as in `card_data`. A placeholder the template names but nothing
+    repo; `data_files` (per config) and `validation_rows` as in `card_data`. A placeholder the template names but nothing
     fills is an error, so template and code cannot drift apart silently.
     """
     from eagle3_synth.dataset.stats import format_stats_table
 
-    data = card_data(configs, num_rows, features, run_infos=run_infos, data_files=data_files)
+    data = card_data(configs, num_rows, features, run_infos=run_infos, data_files=data_files,
+                     validation_rows=validation_rows)
     if not CARD_TEMPLATE.is_file():
         raise FileNotFoundError(f"the card template {CARD_TEMPLATE} is missing from the installed package; "
                                 "reinstall eagle3-synth")
@@ -376,6 +380,7 @@ def _write_readme(folder: Path, num_rows: Mapping[str, int] | None) -> Path:
     configs = built_configs(folder)
     known = num_rows or {}
     rows = {c: known[c] if c in known else parquet_rows(config_files(folder, c)) for c in configs}
+    validation_rows = {c: parquet_rows(files) for c in configs if (files := config_files(folder, c, "validation"))}
     text = render_card(
         configs,
         rows,
@@ -383,7 +388,8 @@ def _write_readme(folder: Path, num_rows: Mapping[str, int] | None) -> Path:
         run_infos={c: read_run_info(folder, c) for c in configs},
         repo_id=str(folder),
         # Each build's own shards, so a rebuilt folder is a new dataset to datasets' cache.
-        data_files={c: config_data_files(c, shard_fingerprint(folder, c)) for c in configs},
+        data_files={c: config_data_files(c, shard_fingerprint(folder, c), c in validation_rows) for c in configs},
+        validation_rows=validation_rows,
     )
     path = folder / "README.md"
     kill_point("readme.rendered")

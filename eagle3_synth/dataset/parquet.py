@@ -5,7 +5,9 @@ Every Parquet file eagle3-synth puts in a dataset folder or a release goes throu
 - the schema is the contract's (`contract.row.FEATURES`), plus any extra columns a caller names
   (`features_with`): no column is listed here, so a column added to the contract reaches both;
 - shards are named `train-XXXXX-of-YYYYY.parquet`, or `train-<fp8>-XXXXX-of-YYYYY.parquet` with
-  the fingerprint of a build's bytes (`shard_name`, `SHARD_NAME`, `build_fingerprint`);
+  the fingerprint of a build's bytes (`shard_name`, `SHARD_NAME`, `build_fingerprint`); a config
+  built with `--validation` also has `validation-<fp8>-...` shards, the same fingerprint (of both
+  splits' bytes) in both names;
 - `ShardWriter` writes Arrow batches into shards of bounded row groups and file sizes (the release
   tree: zstd, a page index, row groups under the viewer's limit);
 - `install_shards` moves freshly written shards into `<folder>/<config>/` under their final names,
@@ -42,13 +44,14 @@ from eagle3_synth.errors import ConfigError
 
 T = TypeVar("T")
 
-# `train-00000-of-00002.parquet`, or with a build fingerprint `train-1a2b3c4d-00000-of-00002.parquet`.
-SHARD_NAME = re.compile(r"train-(?:([0-9a-f]{8})-)?\d{5}-of-\d{5}\.parquet")
+# `train-00000-of-00002.parquet`, or with a build fingerprint `train-1a2b3c4d-00000-of-00002.parquet`
+# (`validation-...` likewise); group 1 is the fingerprint.
+SHARD_NAME = re.compile(r"(?:train|validation)-(?:([0-9a-f]{8})-)?\d{5}-of-\d{5}\.parquet")
 
 
-def shard_name(index: int, total: int, fingerprint: str | None = None) -> str:
-    """The file name of shard `index` of `total` (0-based), with the build's fingerprint if given."""
-    return f"train-{fingerprint + '-' if fingerprint else ''}{index:05d}-of-{total:05d}.parquet"
+def shard_name(index: int, total: int, fingerprint: str | None = None, split: str = "train") -> str:
+    """The file name of shard `index` of `total` (0-based) of `split`, with the build's fingerprint if given."""
+    return f"{split}-{fingerprint + '-' if fingerprint else ''}{index:05d}-of-{total:05d}.parquet"
 
 
 def build_fingerprint(files: Sequence[str | Path]) -> str:
@@ -166,9 +169,12 @@ def write_shards(batches: Iterable[pa.RecordBatch], target: Path, schema: pa.Sch
     return writer.close()
 
 
-def install_shards(sources: Sequence[str | Path], folder: Path, config: str) -> list[Path]:
+def install_shards(sources: Sequence[str | Path], folder: Path, config: str,
+                   validation: Sequence[str | Path] = ()) -> list[Path]:
     """Move freshly written Parquet shards into `<folder>/<config>/` as `shard_name(i, N, fp)`, `fp`
-    the `build_fingerprint` of their bytes (in name order); the installed paths.
+    the `build_fingerprint` of their bytes (in name order; the `validation` split's after the
+    train's, named `validation-<fp>-...`); the installed paths. Without `validation` the names are
+    those of a train-only build.
 
     The new files are staged beside the old ones and swapped in with renames, so an interrupted
     build never leaves a config half old, half new.
@@ -177,13 +183,14 @@ def install_shards(sources: Sequence[str | Path], folder: Path, config: str) -> 
     target = folder / config
     staging = Path(tempfile.mkdtemp(prefix=f".{config}-", dir=folder))
     staging.chmod(0o755)  # mkdtemp makes it private; the published folder should not be
-    sources = sorted(str(s) for s in sources)
-    total, fingerprint = len(sources), build_fingerprint(sources)
+    splits = {"train": sorted(str(s) for s in sources), "validation": sorted(str(s) for s in validation)}
+    fingerprint = build_fingerprint(splits["train"] + splits["validation"])
     installed = []
-    for i, source in enumerate(sources):
-        dest = staging / shard_name(i, total, fingerprint)
-        shutil.move(source, dest)
-        installed.append(target / dest.name)
+    for split, files in splits.items():
+        for i, source in enumerate(files):
+            dest = staging / shard_name(i, len(files), fingerprint, split)
+            shutil.move(source, dest)
+            installed.append(target / dest.name)
     old = None
     if target.exists():
         old = folder / f".{config}-old"

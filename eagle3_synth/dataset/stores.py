@@ -9,6 +9,9 @@
   `pipeline.iter_rows`, so a run can be checked while it is still generating;
 - a repo id (`org/name`): `datasets.load_dataset(repo_id, config)`, optionally at a `revision`.
 
+A source reads one split, `train` unless `open_source(..., split="validation")` (a build with
+`--validation`; a run directory's held-out conversations, `run.assemble.held_out_conversations`).
+
 A source also says which tokenizer, template kwargs and markers made the data (`provenance`), as
 far as it knows: validation re-templates prompts with exactly those.
 """
@@ -41,6 +44,7 @@ class RowSource:
     """Rows of one or more configs. Subclasses implement `configs`, `table` and `iter_batches`."""
 
     kind = "source"
+    split = "train"  # which split it reads (`open_source` sets it)
 
     def __init__(self, location: str):
         self.location = location
@@ -141,8 +145,13 @@ class FolderSource(RowSource):
     def _dataset(self, config: str):
         import pyarrow.dataset as pads
 
+        from eagle3_synth.dataset.folder import config_files
+
         self.check_config(config)
-        files = sorted(str(p) for p in (self.path / config).glob("train-*.parquet"))
+        files = [str(p) for p in config_files(self.path, config, self.split)]
+        if not files:
+            raise ConfigError(f"{self.location}: config {config} has no {self.split} split "
+                              "(built without --validation)")
         return pads.dataset(files, format="parquet")
 
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -201,7 +210,10 @@ class RunSource(RowSource):
         from eagle3_synth.run.assemble import iter_rows
 
         self.check_config(config)
-        return iter_rows(self.run_dirs[config])
+        if self.split != "train" and self.run_info[config].get("fields", {}).get("validation") is None:
+            raise ConfigError(f"{self.run_dirs[config]}: the run has no {self.split} split "
+                              "(generated without --validation)")
+        return iter_rows(self.run_dirs[config], split=self.split)
 
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:
         return _rows_to_table(self.iter_rows(config), _check_columns(columns))
@@ -241,7 +253,7 @@ class LoadDatasetSource(RowSource):
             from datasets import load_dataset
 
             try:
-                self._loaded[config] = load_dataset(self.location, config, split="train", revision=self.revision)
+                self._loaded[config] = load_dataset(self.location, config, split=self.split, revision=self.revision)
             except ValueError as exc:  # an unknown config name: datasets lists the known ones
                 raise ConfigError(f"{self.location}: {exc}") from exc
         return self._loaded[config]
@@ -283,8 +295,18 @@ class LoadDatasetSource(RowSource):
             yield _filled_rows(dataset[start : start + batch_size].to_pylist())
 
 
-def open_source(location: str, *, revision: str | None = None) -> RowSource:
-    """The right source for what the user pointed at; a clear error if it is none of them."""
+def open_source(location: str, *, revision: str | None = None, split: str = "train") -> RowSource:
+    """The right source for what the user pointed at, reading `split`; a clear error if it is none of them."""
+    from eagle3_synth.prompts.validation import SPLITS
+
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    source = _open_source(location, revision)
+    source.split = split
+    return source
+
+
+def _open_source(location: str, revision: str | None) -> RowSource:
     path = Path(location)
     if "://" in location and not path.exists():  # a run directory on an object store (fsspec URL)
         if revision is not None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.adapters import get_adapter
+from eagle3_synth.prompts.validation import check_validation
 
 DEFAULT_MAX_NEW_TOKENS = 10_240
 # `turns`: "last" generates a conversation's final answer only; "all" every assistant turn.
@@ -64,6 +65,9 @@ class ConfigSpec:
     # Which assistant turns the target writes (`prompts/turns.py`): "last" (the final answer, after
     # the source's own earlier turns) or "all" (every turn, each on the target's own history).
     turns: str = "last"
+    # Whole conversations held out as the `validation` split (`prompts/validation.py`): a count N,
+    # a fraction, or None (train only); `--validation` overrides it.
+    validation: float | int | None = None
 
     def __post_init__(self) -> None:
         where = f"config {self.name!r}"
@@ -87,6 +91,7 @@ class ConfigSpec:
             raise ConfigError(f"{where}: template_kwargs must be a mapping")
         if self.turns not in TURN_MODES:
             raise ConfigError(f"{where}: turns must be one of {', '.join(TURN_MODES)}, got {self.turns!r}")
+        object.__setattr__(self, "validation", check_validation(self.validation, f"{where}: validation"))
         try:
             get_adapter(self.adapter)
         except ConfigError as exc:

@@ -20,7 +20,6 @@ tree of samples is a deterministic function of the plan, which is part of the ru
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from eagle3_synth.contract.sampling import sampling_problem
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.conversation import Conversation
+from eagle3_synth.prompts.draws import seeded_draw
 
 Message = dict[str, Any]
 KwargMix = tuple[tuple[Mapping[str, Any], float], ...]
@@ -136,13 +136,6 @@ class ConversationPlan:
     def whole(self) -> bool:
         """Whether source conversations are kept whole (every turn generated)."""
         return self.turns == "all"
-
-
-def seeded_draw(seed: int, key: str) -> float:
-    """A number in [0, 1) from blake2b of `seed:key`: the same for the same pair on any machine,
-    and independent of every other key (one conversation's draw never moves another's)."""
-    digest = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64
 
 
 def _component(mix: KwargMix, draw: float) -> dict[str, Any]:

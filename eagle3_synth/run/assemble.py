@@ -20,6 +20,7 @@ from eagle3_synth.contract.profiles import MarkerIds
 from eagle3_synth.contract.row import FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row
 from eagle3_synth.contract.sampling import dumps_sampling, sample_sampling
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.prompts.validation import run_validation, split_of, validation_conversations
 from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.kill_points import kill_point
@@ -66,11 +67,22 @@ class _Ranges:
         return self.stop is not None and sample_id >= self.stop
 
 
+def held_out_conversations(run: RunDirectory) -> np.ndarray:
+    """The sorted conversation ids of the run's `validation` split (`prompts/validation.py`): a pure
+    function of its prepared conversations and its recorded `validation` and seed (none without one)."""
+    validation, seed = run_validation(run.read_run_file()["fields"])
+    if validation is None:
+        return np.zeros(0, np.int64)
+    return validation_conversations(run.prompt_slots().conversation, validation, seed)
+
+
 def iter_rows(
-    run_dir: str, markers: MarkerIds | None = None, ranges: Sequence[tuple[int, int]] | None = None
+    run_dir: str, markers: MarkerIds | None = None, ranges: Sequence[tuple[int, int]] | None = None,
+    split: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Contract rows of a run directory in sample_id order, exactly one per generated sample;
-    only those in the `[start, stop)` sample-id `ranges` when given.
+    only those in the `[start, stop)` sample-id `ranges` when given, and of `split` (`train` or
+    `validation`: whole conversations, `held_out_conversations`) when given.
 
     Works while a run is still generating (unfinished samples are left out, failed ones too).
     Memory holds the journal index (about 30 bytes a sample) and one sample at a time.
@@ -87,6 +99,7 @@ def iter_rows(
         fields = run.read_run_file()["fields"]
         run_kwargs = fields.get("template_kwargs") or {}
         run_sampling = fields.get("sampling") or {}  # a rollout without its own sampling (an older run)
+        held_out = held_out_conversations(run) if split is not None else None
 
         def keep(sample_id: int) -> bool:
             """A rollout (by its first id) with a first turn to write; later turns need that one."""
@@ -101,6 +114,8 @@ def iter_rows(
                     break
                 if not keep(prompt.sample_id):
                     continue  # a line `iter_prompts` could not pre-check
+                if held_out is not None and split_of(prompt.conversation, held_out) != split:
+                    continue
                 tools_json = dumps_tools(prompt.tools)
                 kwargs_json = dumps_kwargs(run_kwargs if prompt.template_kwargs is None else prompt.template_kwargs)
                 sampling = run_sampling if prompt.sampling is None else prompt.sampling
@@ -128,11 +143,11 @@ def iter_rows(
 
 
 def iter_row_tables(
-    run_dir: str, ranges: Sequence[tuple[int, int]], rows_per_table: int = ROWS_PER_TABLE
+    run_dir: str, ranges: Sequence[tuple[int, int]], rows_per_table: int = ROWS_PER_TABLE, split: str | None = None
 ) -> Iterator[tuple[int, int, pa.Table]]:
-    """The rows of `ranges` as `(range index, table index within it, table)`, tables of at most
-    `rows_per_table` rows in `FEATURES.arrow_schema`: the builder writes them without encoding
-    one example at a time."""
+    """The rows of `ranges` (of `split`, if given) as `(range index, table index within it, table)`,
+    tables of at most `rows_per_table` rows in `FEATURES.arrow_schema`: the builder writes them
+    without encoding one example at a time."""
     schema = FEATURES.arrow_schema
     wanted = _Ranges(ranges)
     order = {pair: i for i, pair in enumerate((int(a), int(b)) for a, b in ranges)}  # given order, for keys
@@ -142,7 +157,7 @@ def iter_row_tables(
     def table() -> pa.Table:
         return pa.Table.from_pylist(batch, schema=schema)
 
-    for row in iter_rows(run_dir, ranges=ranges):
+    for row in iter_rows(run_dir, ranges=ranges, split=split):
         which = order[wanted.ranges[wanted.which(row["sample_id"])]]
         if batch and (which != current or len(batch) >= rows_per_table):
             yield current, tables, table()

@@ -29,6 +29,7 @@ from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix, check_sampling_mix
+from eagle3_synth.prompts.validation import check_validation
 from eagle3_synth.run.shards import Shard, resolve_auto
 from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
 
@@ -97,6 +98,9 @@ class GenerationSettings:
     template_kwarg_mix: str | tuple = ConversationPlan.template_kwarg_mix
     # Sampling values drawn per rollout: "temperature=0.0:0.2,temperature=0.6+top_p=0.95:0.8", or ((values, weight), ...).
     sampling_mix: str | tuple = ConversationPlan.sampling_mix
+    # Whole conversations held out as the `validation` split: a count N, a fraction (0 < F < 1) or
+    # its text ("200", "0.05"); None = the config's own (none for the built-in configs).
+    validation: str | float | int | None = None
     # -- sampling --
     # Cap on output tokens; None = the config's own (SGLang's default, 128, is never used).
     max_new_tokens: int | None = None
@@ -172,6 +176,7 @@ class GenerationSettings:
                        self.top_k, self.min_p)
         self.template_kwarg_mix = check_kwarg_mix(self.template_kwarg_mix, "--template-kwarg-mix")
         self.sampling_mix = check_sampling_mix(self.sampling_mix, "--sampling-mix")
+        self.validation = check_validation(self.validation)
         ConversationPlan(turns=self.turns or "last", samples_per_prompt=self.samples_per_prompt)
         shard = resolve_auto(self.shard_index, self.num_shards)
         self.shard_index, self.num_shards = shard.index, shard.count
@@ -231,6 +236,7 @@ class GenerationSettings:
             conversations=ConversationPlan(turns=self.turns or config.turns, samples_per_prompt=self.samples_per_prompt,
                                            template_kwarg_mix=self.template_kwarg_mix, mix_seed=self.selection_seed,
                                            sampling_mix=self.sampling_mix),
+            validation=config.validation if self.validation is None else self.validation,
         )
 
     def run_options(self, run_dir: str | None = None) -> RunOptions:

@@ -143,6 +143,10 @@ class RunSpec:
     sampling: SamplingSpec = SamplingSpec()
     # Which turns the target writes, rollouts per conversation, template-kwarg mixture.
     conversations: ConversationPlan = ConversationPlan()
+    # Whole conversations held out as the `validation` split (`run/validation.py`): a count N, a
+    # fraction, or None (train only). It decides no id, only the split a row is in; None enters no
+    # field, so a run without it keeps the fingerprint it had before the option existed.
+    validation: float | int | None = field(default=None, metadata={"omit_none": True})
 
     @property
     def config(self):  # noqa: ANN201 - ConfigSpec
@@ -165,6 +169,8 @@ def spec_identity(value: Any) -> Any:
     out = {}
     for spec_field in dataclasses.fields(value):
         item = getattr(value, spec_field.name)
+        if item is None and spec_field.metadata.get("omit_none"):
+            continue
         function = spec_field.metadata.get("identity")
         out[spec_field.name] = function(item) if function is not None else spec_identity(item)
     return out

@@ -69,6 +69,8 @@ class HiddenStatesOptions:
     batch_tokens: int = 16384
     shard: Shard = field(default_factory=Shard)
     trust_remote_code: bool = False
+    # Which split of the data (`--split`): its states go to a folder of their own (the manifest says).
+    split: str = "train"
 
     def __post_init__(self) -> None:
         if not self.configs:
@@ -92,7 +94,7 @@ class HiddenStatesOptions:
                              max_length=self.max_length, overlong=self.overlong, min_loss_tokens=self.min_loss_tokens)
 
     def selection(self) -> dict[str, Any]:
-        return {"train_on": self.train_on, "max_length": self.max_length, "overlong": self.overlong,
+        return {"train_on": self.train_on, "max_length": self.max_length, "overlong": self.overlong, "split": self.split,
                 **({"min_loss_tokens": self.min_loss_tokens} if self.min_loss_tokens else {})}
 
 

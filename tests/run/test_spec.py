@@ -100,6 +100,7 @@ def variants(files) -> dict[str, tuple[str, object]]:
         "conversations.template_kwarg_mix": ("file", (({"thinking": True}, 0.5), ({"thinking": False}, 0.5))),
         "conversations.mix_seed": ("file", 5),
         "conversations.sampling_mix": ("file", (({"temperature": 0.0}, 0.5), ({"temperature": 1.0}, 0.5))),
+        "validation": ("file", 0.1),
     }
 
 
@@ -110,6 +111,16 @@ def test_every_spec_field_reaches_the_fingerprint(files):
     for path, (base, value) in table.items():
         spec = specs[base]
         assert fingerprint(spec_fields(replaced(spec, path, value))) != fingerprint(spec_fields(spec)), path
+
+
+def test_validation_enters_the_fingerprint_only_when_given(files):
+    """A run without --validation keeps the fingerprint it had before the option existed (no
+    field); a count and a fraction are told apart."""
+    spec = bases(files)["file"]
+    assert "validation" not in spec_fields(spec)
+    by_count, by_fraction = (spec_fields(dataclasses.replace(spec, validation=v)) for v in (1, 0.5))
+    assert by_count["validation"] == 1 and by_fraction["validation"] == 0.5
+    assert fingerprint(by_count) != fingerprint(by_fraction)
 
 
 def test_a_changed_file_changes_the_fingerprint(files):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +92,13 @@ def qwen_outputs(tokenizer: Any, count: int, seed: int = 1) -> list[dict[str, An
 
 
 def build(out: Path, config: str, tokenizer_path: Path, outputs: list[dict[str, Any]], prompts: Path,
-          status: int = 0) -> None:
-    """Build `config` from replayed `outputs`; `status` 1 where some samples have no output (they fail)."""
+          status: int = 0, extra: Sequence[str] = ()) -> None:
+    """Build `config` from replayed `outputs`; `status` 1 where some samples have no output (they fail);
+    `extra` build options (`--validation 6`)."""
     replay = out.parent / f"{config}-replay.jsonl"
     replay.write_text("".join(json.dumps(r) + "\n" for r in outputs), encoding="utf-8")
     code = main(["build", config, "--model", str(tokenizer_path), "--engine", "replay", "--replay", str(replay),
-                 "--prompts", str(prompts), "--out", str(out)])
+                 "--prompts", str(prompts), "--out", str(out), *extra])
     assert code == status
 
 
