@@ -176,9 +176,8 @@ class RunSetup:
 
 
 def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup:
-    """Checks that need no model (`preflight.py`), then the tokenizer, profile, markers and chat
-    templater: everything `generate` and `dry_run` need before prompts are prepared."""
-    check_before_loading(spec, options)
+    """The tokenizer, profile, markers and chat templater: everything `generate` and `dry_run` need
+    before prompts are prepared. Each of them runs `check_before_loading` (`preflight.py`) first."""
     model = spec.model
     option = "--tokenizer" if model.tokenizer != model.model else "--model"
     tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code, option=option)
@@ -240,6 +239,7 @@ def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
     """What `generate` would do, without an engine and without writing: the checks and the
     tokenizer of a real run, then the prompts prepared in memory (a new run) or where the run
     directory stands (one whose prompts are prepared already)."""
+    check_before_loading(spec, options)
     run = RunDirectory(options.run_dir)
     setup = run_setup(spec, options, run)
     report = DryRun(config=spec.config.name, run_dir=options.run_dir, engine=engine_description(spec, options),
