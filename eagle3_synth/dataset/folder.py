@@ -247,16 +247,17 @@ def card_data(
 
 # -- card body ---------------------------------------------------------------------------------------
 def _configs_table(configs: Sequence[str], num_rows: Mapping[str, int],
-                   run_infos: Mapping[str, Mapping[str, Any] | None]) -> str:
+                   run_infos: Mapping[str, Mapping[str, Any] | None], validation_rows: Mapping[str, int]) -> str:
     lines = ["| config | samples | prompts from | what it teaches | license |", "|---|---|---|---|---|"]
     for name in configs:
         facts = config_facts(name, run_infos.get(name))
+        samples = f"{num_rows.get(name, 0)}" + (f" (+ {validation_rows[name]} validation)" if name in validation_rows else "")
         if facts is None:  # a --config-file config neither recorded by its run nor given to this process
-            lines.append(f"| `{name}` | {num_rows.get(name, 0)} | - | - | unknown |")
+            lines.append(f"| `{name}` | {samples} | - | - | unknown |")
             continue
         source = facts.get("source")
         source = f"[{source}](https://huggingface.co/datasets/{source})" if source else "-"
-        lines.append(f"| `{name}` | {num_rows.get(name, 0)} | {source} | {facts.get('pattern') or '-'} "
+        lines.append(f"| `{name}` | {samples} | {source} | {facts.get('pattern') or '-'} "
                      f"| {facts.get('license') or 'unknown'} |")
     return "\n".join(lines)
 
@@ -331,7 +332,7 @@ def render_card(
         "version": version or "unreleased (local build)",
         "revision_arg": f', revision="{version}"' if version else "",
         "default_config": default,
-        "configs_table": _configs_table(configs, num_rows, run_infos),
+        "configs_table": _configs_table(configs, num_rows, run_infos, validation_rows or {}),
         # A header such as "no </think>" would be read as an HTML tag and vanish from the page.
         "stats_table": _HTML_TAG_START.sub("&lt;", format_stats_table(list(stats), markdown=True)),
         "generation_table": _generation_table(configs, run_infos),

@@ -103,12 +103,13 @@ class ShardLimits:
 class ShardWriter:
     """Writes row groups of at most `row_group_bytes`, starting a new file past `shard_bytes`.
 
-    Files are written as `part-N` and renamed by `close` to `shard_name(i, N)` once their count is
-    known. zstd and a page index (random access for the viewer); the schema is `schema` as given.
+    Files are written as `part-<split>-N` and renamed by `close` to `shard_name(i, N, split=split)`
+    once their count is known. zstd and a page index (random access for the viewer); the schema is
+    `schema` as given.
     """
 
-    def __init__(self, target: Path, schema: pa.Schema, limits: ShardLimits = ShardLimits()):
-        self.target, self.schema, self.limits = Path(target), schema, limits
+    def __init__(self, target: Path, schema: pa.Schema, limits: ShardLimits = ShardLimits(), split: str = "train"):
+        self.target, self.schema, self.limits, self.split = Path(target), schema, limits, split
         self.parts: list[Path] = []
         self._writer: pq.ParquetWriter | None = None
         self._sink: Any = None
@@ -131,7 +132,7 @@ class ShardWriter:
         table = pa.Table.from_batches(self._pending, schema=self.schema)  # chunks: no copy, still one group
         self._pending, self._pending_bytes = [], 0
         if self._writer is None:
-            path = self.target / f"part-{len(self.parts)}.parquet"
+            path = self.target / f"part-{self.split}-{len(self.parts)}.parquet"
             self.parts.append(path)
             self._sink = pa.OSFile(str(path), "wb")
             self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd", write_page_index=True)
@@ -152,18 +153,18 @@ class ShardWriter:
         self._close_file()
         final = []
         for i, part in enumerate(self.parts):
-            name = self.target / shard_name(i, len(self.parts))
+            name = self.target / shard_name(i, len(self.parts), split=self.split)
             part.rename(name)
             final.append(name)
         return final
 
 
 def write_shards(batches: Iterable[pa.RecordBatch], target: Path, schema: pa.Schema,
-                 limits: ShardLimits = ShardLimits()) -> list[Path]:
-    """Write `batches` (in order, of `schema`) as shards under `target`; the shards, in order.
+                 limits: ShardLimits = ShardLimits(), split: str = "train") -> list[Path]:
+    """Write `batches` (in order, of `schema`) as `split`'s shards under `target`; the shards, in order.
     The batches are produced a few ahead in a thread (`prefetched`) while the last are encoded."""
     target.mkdir(parents=True, exist_ok=True)
-    writer = ShardWriter(target, schema, limits)
+    writer = ShardWriter(target, schema, limits, split)
     for batch in prefetched(batches):
         writer.add(batch)
     return writer.close()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3_synth.dataset.folder import DEFAULT_CONFIG, built_configs, config_files
+from eagle3_synth.dataset.folder import DEFAULT_CONFIG, built_configs
 from eagle3_synth.dataset.stores import REPO_ID
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance
@@ -99,10 +99,6 @@ def publish(options: PublishOptions, echo: Callable[[str], None] = print) -> Pub
     configs = built_configs(folder)
     if not configs:
         raise ConfigError(f"{folder} holds no built configs (<config>/train-*.parquet); run `eagle3-synth build` first")
-    held_out = [config for config in configs if config_files(folder, config, "validation")]
-    if held_out:  # refused, never published without it silently
-        raise ConfigError(f"{', '.join(held_out)}: a validation split (--validation) cannot be published yet; "
-                          "publish a build without --validation")
     api = None
     if not options.dry_run:  # fail on a missing token or a taken tag before the long steps
         api = _api(options)

@@ -26,6 +26,7 @@ from eagle3_synth.dataset.stores import (
     data_tokenizer,
     provenance_from_run_file,
 )
+from eagle3_synth.prompts.validation import SPLITS
 from eagle3_synth.tools.validate import RowValidator, data_vocabulary, validate_rows
 
 CONTRACT_SCHEMA = FEATURES.arrow_schema.remove_metadata()
@@ -38,9 +39,9 @@ def config_provenance(folder: Path, config: str) -> Provenance:
 
 
 def schema_problems(folder: Path, config: str) -> list[str]:
-    """Every shard's Arrow schema must be the contract's, field for field (types included)."""
+    """Every shard's Arrow schema (both splits) must be the contract's, field for field (types included)."""
     problems = []
-    for path in config_files(folder, config):
+    for path in [p for split in SPLITS for p in config_files(folder, config, split)]:
         schema = pq.read_schema(path).remove_metadata()
         if not schema.equals(CONTRACT_SCHEMA):
             got = {f.name: str(f.type) for f in schema}
@@ -71,7 +72,6 @@ def check_folder(
 ) -> None:
     """Raise ConfigError listing every violation when any config fails; say what passed otherwise."""
     problems: list[str] = []
-    source = FolderSource(str(folder))
     for config in configs:
         found = schema_problems(folder, config)
         if found:  # rows of the wrong shape cannot be checked further
@@ -81,11 +81,15 @@ def check_folder(
         tokenizer = tokenizers.get(provenance)
         validator = RowValidator(tokenizer, data_markers(tokenizer, provenance), provenance.template_kwargs,
                                  vocab=data_vocabulary(provenance, tokenizer), max_new_tokens=provenance.max_new_tokens)
-        report = validate_rows(source.iter_rows(config), validator, config)
-        if report.ok:
-            echo(f"  {report.lines()[0]}")
-        else:
-            problems += report.lines()
+        for split in [s for s in SPLITS if config_files(folder, config, s)]:
+            source = FolderSource(str(folder))
+            source.split = split
+            name = config if split == "train" else f"{config} ({split})"
+            report = validate_rows(source.iter_rows(config), validator, name)
+            if report.ok:
+                echo(f"  {report.lines()[0]}")
+            else:
+                problems += report.lines()
     if problems:
         raise ConfigError(
             f"refusing to publish {folder}: it breaks the data contract\n  " + "\n  ".join(problems)

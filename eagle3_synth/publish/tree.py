@@ -4,6 +4,7 @@ Layout (what `load_dataset(repo, config)` and the Hub's viewer read):
 
     README.md                              card: front matter (configs, dataset_info) + figures
     <config>/train-XXXXX-of-YYYYY.parquet  the rows, rewritten for the viewer (see below)
+    <config>/validation-XXXXX-of-YYYYY.parquet  the held-out rows of a build with --validation
     <config>/run_info.json                 provenance (model, tokenizer, sampling, engine, dates)
     figures/<config>-output-lengths.png    the length histogram embedded in the card
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from fnmatch import fnmatch
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +66,8 @@ class StagedTree:
     num_rows: dict[str, int]
     features: Features
     files: list[str] = field(default_factory=list)
+    # The rows of each config's `validation` split (configs built with --validation only).
+    validation_rows: dict[str, int] = field(default_factory=dict)
 
     def size(self, path: str) -> int:
         return (self.root / path).stat().st_size
@@ -104,12 +108,12 @@ def _with_previews(batch: pa.RecordBatch, schema: pa.Schema, tokenizer: Any, cha
 
 def write_config_shards(
     sources: Sequence[Path], target: Path, features: Features, limits: TreeLimits,
-    tokenizer: Any = None, preview_chars: int = 0,
+    tokenizer: Any = None, preview_chars: int = 0, split: str = "train",
 ) -> list[Path]:
-    """Rewrite a config's rows (in order) into viewer-sized shards under `target`."""
+    """Rewrite a config's rows of `split` (in order) into viewer-sized shards under `target`."""
     schema = features.arrow_schema
     return write_shards((_with_previews(batch, schema, tokenizer, preview_chars) for batch in _batches(sources)),
-                        target, schema, limits)
+                        target, schema, limits, split)
 
 
 def _public_run_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +150,10 @@ def stage_tree(
         shards = write_config_shards(config_files(folder, config), root / config, features, limits, tokenizer,
                                      preview_chars)
         tree.num_rows[config] = parquet_rows(shards)
+        held_out = config_files(folder, config, "validation")
+        if held_out:  # the same rewrite, so both splits load with load_dataset(..., split=...)
+            tree.validation_rows[config] = parquet_rows(write_config_shards(
+                held_out, root / config, features, limits, tokenizer, preview_chars, split="validation"))
         run_infos[config] = read_run_info(folder, config)
         if run_infos[config] is not None:
             (root / config / RUN_INFO_FILE).write_text(
@@ -155,10 +163,13 @@ def stage_tree(
         lengths = [pq.read_table(p, columns=["completion_tokens"]).column(0).to_numpy() for p in shards]
         plot_output_lengths({config: np.concatenate(lengths)}, root / plot)
         plots[config] = plot
-        echo(f"  staged {config}: {tree.num_rows[config]} rows in {len(shards)} shard(s)")
+        held = (f" (+ {tree.validation_rows[config]} validation rows)" if config in tree.validation_rows else "")
+        echo(f"  staged {config}: {tree.num_rows[config]} rows in {len(shards)} shard(s){held}")
     card = render_card(
         list(configs), tree.num_rows, stats=folder_stats(root, configs), run_infos=run_infos,
         repo_id=repo_id, version=version, plots=plots, features=features,
+        data_files={c: config_data_files(c, validation=c in tree.validation_rows) for c in configs},
+        validation_rows=tree.validation_rows,
     )
     (root / "README.md").write_text(card, encoding="utf-8")
     tree.files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -190,15 +201,17 @@ def verify_tree(tree: StagedTree, limits: TreeLimits) -> None:
     expected_schema = tree.features.arrow_schema.remove_metadata()
     for config in tree.configs:
         entry = next((c for c in configs if c["config_name"] == config), {})
-        if entry.get("data_files") != config_data_files(config):
-            problems.append(f"{config}: card data_files {entry.get('data_files')} != {config_data_files(config)}")
+        expected_files = config_data_files(config, validation=config in tree.validation_rows)
+        if entry.get("data_files") != expected_files:
+            problems.append(f"{config}: card data_files {entry.get('data_files')} != {expected_files}")
         shards = [f for f in tree.files if f.startswith(f"{config}/") and f.endswith(".parquet")]
-        if not shards or not all(Path(f).name.startswith("train-") for f in shards):
-            problems.append(f"{config}: Parquet files {shards} do not match {config}/train-*.parquet")
-        rows = 0
+        patterns = [f["path"] for f in expected_files]
+        if not shards or not all(any(fnmatch(f, pattern) for pattern in patterns) for f in shards):
+            problems.append(f"{config}: Parquet files {shards} do not match {' or '.join(patterns)}")
+        rows = {"train": 0, "validation": 0}
         for name in shards:
             parquet = pq.ParquetFile(tree.root / name)
-            rows += parquet.metadata.num_rows
+            rows["validation" if Path(name).name.startswith("validation-") else "train"] += parquet.metadata.num_rows
             if not parquet.schema_arrow.remove_metadata().equals(expected_schema):
                 problems.append(f"{name}: schema differs from the card's features")
             for i in range(parquet.metadata.num_row_groups):
@@ -206,8 +219,9 @@ def verify_tree(tree: StagedTree, limits: TreeLimits) -> None:
                 if group > limits.row_group_bytes:
                     problems.append(f"{name}: row group {i} is {group} bytes, over {limits.row_group_bytes}")
         splits = {s["name"]: s.get("num_examples") for s in infos.get(config, {}).get("splits", [])}
-        if splits.get("train") != rows:
-            problems.append(f"{config}: the card says {splits.get('train')} train rows, the files hold {rows}")
+        for split, count in rows.items():
+            if splits.get(split, 0) != count:
+                problems.append(f"{config}: the card says {splits.get(split, 0)} {split} rows, the files hold {count}")
         declared = Features._from_yaml_list(infos.get(config, {}).get("features", []))
         if declared != tree.features:
             problems.append(f"{config}: the card's features differ from the staged columns")

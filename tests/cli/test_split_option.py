@@ -54,10 +54,3 @@ def test_a_dataset_built_without_validation_has_no_validation_split(tmp_path_fac
     assert f"config {KIMI_CONFIG} has no validation split (built without --validation)" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="the run has no validation split \\(generated without --validation\\)"):
         open_source(str(folder / ".runs"), split="validation").table(KIMI_CONFIG, ["sample_id"])
-
-
-def test_publishing_a_validation_split_is_refused_not_dropped(held_out, tmp_path, capsys):
-    assert main(["publish", str(held_out), "org/data", "--tag", "v1.0.0", "--dry-run",
-                 "--stage-dir", str(tmp_path / "stage")]) == 2
-    assert (f"{KIMI_CONFIG}: a validation split (--validation) cannot be published yet"
-            in capsys.readouterr().err)

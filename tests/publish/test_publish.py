@@ -35,6 +35,7 @@ from ..support.built_datasets import (
     copy_dataset,
     kimi_outputs,
     rewrite_rows,
+    write_prompts,
 )
 from ..conftest import KIMI_TOKENIZER
 from ..support.hub_server import HubServer
@@ -69,9 +70,9 @@ def folders(tmp_path_factory, kimi_tokenizer, qwen_tokenizer):
     return v1, v2
 
 
-def folder_rows(folder: Path, config: str) -> list[dict]:
-    """A config's rows as stored in the folder, in file order."""
-    return [row for f in sorted((folder / config).glob("train-*.parquet")) for row in pq.read_table(f).to_pylist()]
+def folder_rows(folder: Path, config: str, split: str = "train") -> list[dict]:
+    """A config's rows of `split` as stored in the folder, in file order."""
+    return [row for f in sorted((folder / config).glob(f"{split}-*.parquet")) for row in pq.read_table(f).to_pylist()]
 
 
 def options(folder: Path, hub: HubServer, tag: str, **kwargs) -> PublishOptions:
@@ -100,14 +101,15 @@ def releases(hub, folders, tmp_path_factory):
     return first, cli, repo
 
 
-def load_rows(hub: HubServer, tmp_path: Path, loads: list[tuple[str, str | None]]) -> dict[str, list[dict]]:
-    """`load_dataset(REPO, config, revision=...)` in a fresh process; rows per "config@revision"."""
+def load_rows(hub: HubServer, tmp_path: Path, loads: list[tuple[str, str | None]], repo: str = REPO,
+              split: str = "train") -> dict[str, list[dict]]:
+    """`load_dataset(repo, config, split=split, revision=...)` in a fresh process; rows per "config@revision"."""
     code = (
         "import json, sys\n"
         "from datasets import load_dataset\n"
         "out = {}\n"
         "for config, revision in json.loads(sys.argv[1]):\n"
-        f"    ds = load_dataset({REPO!r}, config, split='train', revision=revision)\n"
+        f"    ds = load_dataset({repo!r}, config, split={split!r}, revision=revision)\n"
         "    out[f'{config}@{revision}'] = {'rows': ds.to_list(), 'features': str(ds.features)}\n"
         "print(json.dumps(out))\n"
     )
@@ -296,3 +298,39 @@ def test_bad_repo_or_tag_is_refused(repo_id, tag, message, tmp_path):
     with pytest.raises(ConfigError, match=message):
         PublishOptions(folder=tmp_path, repo_id=repo_id, tag=tag)
 
+
+
+def test_a_validation_split_is_published_and_loads_as_its_own_split(hub, tmp_path, kimi_tokenizer):
+    """A build with --validation: both splits reach the Hub, checked, and load back as they are."""
+    write_prompts(tmp_path / "prompts.jsonl", 24)
+    folder = tmp_path / "ds"
+    build(folder, B1, KIMI_TOKENIZER, kimi_outputs(kimi_tokenizer, 24), tmp_path / "prompts.jsonl",
+          extra=["--validation", "6"])
+    lines: list[str] = []
+    result = publish(options(folder, hub, "v1.0.0", repo_id="org/held-out", limits=SMALL), echo=lines.append)
+    assert result.tree.validation_rows == {B1: 6} and result.tree.num_rows == {B1: 18}
+    assert any(f"{B1} (validation): 6 rows" in line for line in lines), lines  # its rows were checked too
+    staged = [f for f in hub.repo("org/held-out").commits[hub.repo("org/held-out").tags["v1.0.0"]].tree
+              if f.endswith(".parquet")]
+    assert any(f.startswith(f"{B1}/validation-") for f in staged) and any(f.startswith(f"{B1}/train-") for f in staged)
+    for split in ("train", "validation"):
+        loaded = load_rows(hub, tmp_path / split, [(B1, "v1.0.0")], repo="org/held-out", split=split)
+        assert loaded[f"{B1}@v1.0.0"]["rows"] == folder_rows(folder, B1, split)
+    assert f"| `{B1}` | 18 (+ 6 validation) |" in (folder / "README.md").read_text(encoding="utf-8")
+    held_out = {r["conversation_id"] for r in folder_rows(folder, B1, "validation")}
+    assert held_out and not held_out & {r["conversation_id"] for r in folder_rows(folder, B1)}
+
+
+def test_a_bad_validation_row_stops_the_release(tmp_path, kimi_tokenizer):
+    """The contract check covers the held-out split: a planted bad id there is refused, named."""
+    write_prompts(tmp_path / "prompts.jsonl", 24)
+    folder = tmp_path / "ds"
+    build(folder, B1, KIMI_TOKENIZER, kimi_outputs(kimi_tokenizer, 24), tmp_path / "prompts.jsonl",
+          extra=["--validation", "6"])
+    for path in sorted((folder / B1).glob("validation-*.parquet")):
+        rows = pq.read_table(path).to_pylist()
+        rows[0]["output_ids"] = [*rows[0]["output_ids"][:-1], 10_000_000]
+        pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    with pytest.raises(ConfigError, match=rf"refusing to publish .*\n  {B1} \(validation\):"):
+        publish(PublishOptions(folder=folder, repo_id=REPO, tag="v9", dry_run=True, stage_dir=tmp_path / "stage"),
+                echo=lambda line: None)
