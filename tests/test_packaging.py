@@ -51,7 +51,7 @@ def test_the_installed_wheel_renders_the_card_away_from_the_checkout(wheel, tmp_
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)
     code = ("import eagle3_synth, eagle3_synth_builders\n"
-            "from eagle3_synth.dataset.folder import CARD_TEMPLATE\n"
+            "from eagle3_synth.dataset.card import CARD_TEMPLATE\n"
             "from eagle3_synth.prompts.configs import sample_prompts_path\n"
             "assert '{{ configs_table }}' in CARD_TEMPLATE.read_text(encoding='utf-8')\n"
             "print(eagle3_synth.__file__, eagle3_synth_builders.Eagle3Synth.__module__,\n"

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3_synth.dataset.folder import DEFAULT_CONFIG, built_configs
+from eagle3_synth.dataset.card import DEFAULT_CONFIG
+from eagle3_synth.dataset.folder import built_configs
 from eagle3_synth.dataset.stores import REPO_ID
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance

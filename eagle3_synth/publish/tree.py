@@ -36,13 +36,12 @@ from huggingface_hub import DatasetCard
 
 from eagle3_synth.dataset.folder import (
     RUN_INFO_FILE,
-    config_data_files,
     config_files,
     display_name,
     folder_stats,
     read_run_info,
-    render_card,
 )
+from eagle3_synth.dataset.card import config_data_files, render_card
 from eagle3_synth.contract.row import FEATURES
 from eagle3_synth.dataset.parquet import ShardLimits, features_with, parquet_rows, write_shards
 from eagle3_synth.errors import ConfigError

@@ -16,8 +16,8 @@ import pytest
 from datasets import Features, load_dataset
 from huggingface_hub import DatasetCard
 
-from eagle3_synth.dataset import folder as dataset_folder
-from eagle3_synth.dataset.folder import hub_license, render_card, size_category
+from eagle3_synth.dataset import card as dataset_card
+from eagle3_synth.dataset.card import hub_license, render_card, size_category
 from eagle3_synth.publish import PublishOptions, publish
 from eagle3_synth.contract.row import FEATURES
 
@@ -150,7 +150,7 @@ def test_built_folder_readme_is_a_card_that_loads(folder):
 def test_a_placeholder_nothing_fills_is_an_error(folder, tmp_path, monkeypatch):
     template = tmp_path / "card.md"
     template.write_text("# card\n\n{{ configs_table }}\n\n{{ not_a_figure }}\n")
-    monkeypatch.setattr(dataset_folder, "CARD_TEMPLATE", template)
+    monkeypatch.setattr(dataset_card, "CARD_TEMPLATE", template)
     with pytest.raises(ValueError, match="not_a_figure"):
         render_card([B1], {B1: 6}, stats=[], run_infos={}, repo_id=REPO)
 

@@ -1,0 +1,216 @@
+"""The dataset card (README.md): front matter that `load_dataset` and the Hub read, and the body.
+
+The front matter (`configs` with their `data_files`, `dataset_info` with features and split sizes)
+is rendered from the Parquet files actually there (by `folder.write_readme` for a local folder, by
+`publish.tree` for a release). The body is `dataset_card.md` (package data beside this module)
+with every placeholder filled: counts, length quantiles, shares, provenance of every config.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from datasets import DatasetInfo, Features
+from datasets.info import DatasetInfosDict
+from datasets.splits import SplitDict, SplitInfo
+from datasets.utils.metadata import MetadataConfigs
+from huggingface_hub import DatasetCardData
+
+from eagle3_synth.contract.row import FEATURES
+
+CARD_TEMPLATE = resources.files("eagle3_synth.dataset") / "dataset_card.md"
+DEFAULT_CONFIG = "B1_glaive"
+PRETTY_NAME = "eagle3-synth"
+TAGS = ["eagle3", "speculative-decoding", "synthetic", "reasoning", "tool-calling"]
+_LICENSE_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+_PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
+_HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
+
+
+def config_data_files(config: str, fingerprint: str | None = None, validation: bool = False) -> list[dict[str, str]]:
+    """The card's `data_files` of a config: its shards (of one build if `fingerprint`), `validation`'s too if asked."""
+    splits = ("train", "validation") if validation else ("train",)
+    return [{"split": split, "path": f"{config}/{split}-{fingerprint + '-' if fingerprint else ''}*.parquet"}
+            for split in splits]
+
+
+# -- front matter ------------------------------------------------------------------------------------
+def hub_license(text: str) -> str:
+    """A source's license as a Hub license id; free-text licenses ("unspecified (...)") are `unknown`."""
+    return text if _LICENSE_ID.match(text) else "unknown"
+
+
+def size_category(rows: int) -> str:
+    """The Hub's `size_categories` bucket for a row count."""
+    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+              (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
+    for bound, label in bounds:
+        if rows < bound:
+            return label
+    return "100M<n<1B"
+
+
+def config_facts(config: str, run_info: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """A config's source, pattern and license: a built-in's from the registry; another's as its run
+    recorded it (a --config-file need not be loaded in this process), else the live registry's."""
+    from eagle3_synth.prompts.configs import BUILTIN_CONFIGS, CONFIGS
+
+    recorded = ((run_info or {}).get("meta") or {}).get("config")
+    if config not in BUILTIN_CONFIGS and isinstance(recorded, dict):
+        return recorded
+    spec = CONFIGS.get(config)
+    return {"source": spec.source, "pattern": spec.pattern, "license": spec.license} if spec else None
+
+
+def card_data(
+    configs: Sequence[str], num_rows: Mapping[str, int], features: Features = FEATURES, *,
+    run_infos: Mapping[str, Mapping[str, Any] | None] | None = None,
+    data_files: Mapping[str, list[dict[str, str]]] | None = None,
+    validation_rows: Mapping[str, int] | None = None,
+) -> DatasetCardData:
+    """YAML front matter: one `configs` entry per config (one `default: true`) and its `dataset_info`.
+
+    `data_files` per config defaults to all its shards (`config_data_files`); `validation_rows`:
+    the rows of each config built with a `validation` split."""
+    run_infos, data_files, validation_rows = run_infos or {}, data_files or {}, validation_rows or {}
+    default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else (configs[0] if configs else None)
+    facts = {c: config_facts(c, run_infos.get(c)) for c in configs}
+    licenses = sorted({hub_license(str(f.get("license", ""))) if f else "unknown"
+                       for f in facts.values()}) or ["unknown"]
+    data = DatasetCardData(
+        pretty_name=PRETTY_NAME,
+        license=licenses[0] if len(licenses) == 1 else licenses,
+        tags=list(TAGS),
+        task_categories=["text-generation"],
+        size_categories=[size_category(sum(num_rows.get(c, 0) for c in configs))],
+    )
+    MetadataConfigs(
+        {
+            name: {"data_files": data_files.get(name) or config_data_files(name),
+                   **({"default": True} if name == default else {})}
+            for name in configs
+        }
+    ).to_dataset_card_data(data)
+    infos = DatasetInfosDict()
+    for name in configs:
+        splits = SplitDict()
+        splits.add(SplitInfo(name="train", num_examples=num_rows.get(name, 0)))
+        if name in validation_rows:  # a build with --validation
+            splits.add(SplitInfo(name="validation", num_examples=validation_rows[name]))
+        infos[name] = DatasetInfo(features=features, config_name=name, splits=splits)
+    infos.to_dataset_card_data(data)
+    return data
+
+
+# -- card body ---------------------------------------------------------------------------------------
+def _configs_table(configs: Sequence[str], num_rows: Mapping[str, int],
+                   run_infos: Mapping[str, Mapping[str, Any] | None], validation_rows: Mapping[str, int]) -> str:
+    lines = ["| config | samples | prompts from | what it teaches | license |", "|---|---|---|---|---|"]
+    for name in configs:
+        facts = config_facts(name, run_infos.get(name))
+        samples = f"{num_rows.get(name, 0)}" + (f" (+ {validation_rows[name]} validation)" if name in validation_rows else "")
+        if facts is None:  # a --config-file config neither recorded by its run nor given to this process
+            lines.append(f"| `{name}` | {samples} | - | - | unknown |")
+            continue
+        source = facts.get("source")
+        source = f"[{source}](https://huggingface.co/datasets/{source})" if source else "-"
+        lines.append(f"| `{name}` | {samples} | {source} | {facts.get('pattern') or '-'} "
+                     f"| {facts.get('license') or 'unknown'} |")
+    return "\n".join(lines)
+
+
+def _json_cell(value: Any) -> str:
+    if value in (None, {}, []):
+        return "-"
+    return "`" + json.dumps(value, ensure_ascii=False, sort_keys=True).replace("|", "\\|") + "`"
+
+
+def _generation_table(configs: Sequence[str], run_infos: Mapping[str, dict[str, Any] | None]) -> str:
+    """Model, tokenizer, sampling, engine, versions and dates per config, from its run_info."""
+    lines = ["| config | model | tokenizer | profile | engine | sampling | template kwargs | versions | generated (UTC) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in configs:
+        info = run_infos.get(name)
+        if not info:
+            lines.append(f"| `{name}` | not recorded | | | | | | | |")
+            continue
+        meta, fields = info.get("meta", {}), info.get("fields", {})
+        display = info.get("display", {})
+        versions = dict(meta.get("versions") or {})
+        if meta.get("eagle3_synth_version"):
+            versions.setdefault("eagle3-synth", meta["eagle3_synth_version"])
+        generated = info.get("generated") or {"started": meta.get("started")}
+        dates = generated.get("started") or "-"
+        if generated.get("assembled"):
+            dates += f" → {generated['assembled']} ({generated.get('sessions', '?')} session(s))"
+        lines.append(
+            f"| `{name}` | {display.get('model') or display_name(meta.get('model')) or '-'} "
+            f"| {display.get('tokenizer') or display_name(meta.get('tokenizer')) or '-'} "
+            f"| {fields.get('profile') or '-'} | {meta.get('engine') or '-'} | {_json_cell(fields.get('sampling'))} "
+            f"| {_json_cell(fields.get('template_kwargs'))} | {_json_cell(versions)} | {dates} |"
+        )
+    return "\n".join(lines)
+
+
+def _figures(plots: Mapping[str, str]) -> str:
+    if not plots:
+        return "Length histograms per config are added to the card when the dataset is published."
+    return "\n\n".join(f"![{name}: output length distribution]({path})" for name, path in plots.items())
+
+
+def render_card(
+    configs: Sequence[str], num_rows: Mapping[str, int], *,
+    stats: Sequence[Any],
+    run_infos: Mapping[str, dict[str, Any] | None],
+    repo_id: str,
+    version: str | None = None,
+    plots: Mapping[str, str] | None = None,
+    features: Features = FEATURES,
+    data_files: Mapping[str, list[dict[str, str]]] | None = None,
+    validation_rows: Mapping[str, int] | None = None,
+) -> str:
+    """README.md text: front matter for `configs`, body from dataset_card.md with every figure filled.
+
+    `stats` are `stats.ConfigStats` in config order; `plots` maps a config to its PNG path in the
+    repo; `data_files` (per config) and `validation_rows` as in `card_data`. A placeholder the template names but nothing
+    fills is an error, so template and code cannot drift apart silently.
+    """
+    from eagle3_synth.dataset.stats import format_stats_table
+
+    data = card_data(configs, num_rows, features, run_infos=run_infos, data_files=data_files,
+                     validation_rows=validation_rows)
+    if not CARD_TEMPLATE.is_file():
+        raise FileNotFoundError(f"the card template {CARD_TEMPLATE} is missing from the installed package; "
+                                "reinstall eagle3-synth")
+    template = CARD_TEMPLATE.read_text(encoding="utf-8")
+    default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else configs[0]
+    values = {
+        "repo_id": repo_id,
+        "version": version or "unreleased (local build)",
+        "revision_arg": f', revision="{version}"' if version else "",
+        "default_config": default,
+        "configs_table": _configs_table(configs, num_rows, run_infos, validation_rows or {}),
+        # A header such as "no </think>" would be read as an HTML tag and vanish from the page.
+        "stats_table": _HTML_TAG_START.sub("&lt;", format_stats_table(list(stats), markdown=True)),
+        "generation_table": _generation_table(configs, run_infos),
+        "figures": _figures(plots or {}),
+        "extra_columns": _extra_columns(features),
+    }
+    missing = sorted(set(_PLACEHOLDER.findall(template)) - set(values))
+    if missing:
+        raise ValueError(f"{CARD_TEMPLATE} names placeholders nothing fills: {missing}")
+    body = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+    return f"---\n{data.to_yaml()}\n---\n\n{body}"
+
+
+def _extra_columns(features: Features) -> str:
+    """Rows of the column table for columns beyond the contract (the optional preview columns)."""
+    extra = [name for name in features if name not in FEATURES]
+    return "".join(
+        f"\n| `{name}` | for reading in the viewer only: the first characters of the decoded "
+        f"{name.split('_')[0]}, special tokens kept; never train on it |" for name in extra
+    )
