@@ -316,7 +316,8 @@ def test_a_validation_split_is_published_and_loads_as_its_own_split(hub, tmp_pat
     for split in ("train", "validation"):
         loaded = load_rows(hub, tmp_path / split, [(B1, "v1.0.0")], repo="org/held-out", split=split)
         assert loaded[f"{B1}@v1.0.0"]["rows"] == folder_rows(folder, B1, split)
-    assert f"| `{B1}` | 18 (+ 6 validation) |" in (folder / "README.md").read_text(encoding="utf-8")
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f"| `{B1}` | 18 (+ 6 validation) |" in card and 'a `validation` split\n(`split="validation"`)' in card
     held_out = {r["conversation_id"] for r in folder_rows(folder, B1, "validation")}
     assert held_out and not held_out & {r["conversation_id"] for r in folder_rows(folder, B1)}
 
