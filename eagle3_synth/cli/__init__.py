@@ -43,6 +43,7 @@ COMMANDS = {
 EXIT_PROBLEMS = 1  # problems found (or an unexpected error)
 EXIT_USER_ERROR = 2  # one line names the option, file or path at fault; argparse's own status too
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` when the reader left early
 GLOBAL_FLAGS = ("-v", "--verbose", "--debug")
 
 
@@ -124,12 +125,20 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     prog = f"eagle3-synth {args.command}"
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # inside the try: a reader that left shows here, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         if args.debug:
             traceback.print_exc()
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `eagle3-synth doctor ... | head`: the reader has what it wanted. Quiet, like any Unix tool;
+        # stdout is pointed at /dev/null so the interpreter's final flush cannot raise again
+        # (the recipe in Python's `signal` documentation, "Note on SIGPIPE").
+        _stdout_to_devnull()
+        return EXIT_CLOSED_PIPE
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, the traceback only on --debug
         if args.debug:
             traceback.print_exc()
@@ -139,6 +148,16 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USER_ERROR
         print(f"{prog}: error: {type(exc).__name__}: {_first_line(exc)} (--debug for the traceback)", file=sys.stderr)
         return EXIT_PROBLEMS
+
+
+def _stdout_to_devnull() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture): nothing to flush
+        pass
 
 
 if __name__ == "__main__":
