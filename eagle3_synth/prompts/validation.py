@@ -63,7 +63,11 @@ def validation_conversations(conversations: np.ndarray, validation: Validation, 
     distinct = np.unique(np.asarray(conversations, dtype=np.int64))
     draws = validation_draws(distinct, seed)
     if isinstance(validation, float):
-        return distinct[draws < validation]
+        held_out = distinct[draws < validation]
+        if not len(held_out):  # asked for a split and silently given none: refused instead
+            raise ConfigError(f"--validation {validation}: the draw holds out none of the run's {len(distinct)} "
+                              "conversations; give a larger fraction or a count")
+        return held_out
     if validation >= len(distinct):
         raise ConfigError(f"--validation {validation}: the run keeps {len(distinct)} conversations, so no "
                           "conversation would be left for train; give a smaller count or a fraction")

@@ -38,7 +38,7 @@ from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.preflight import check_before_loading, check_chat_template
 from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
-from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, stage, survey, within
+from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, check_held_out, stage, survey, within
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
 from eagle3_synth.run.progress import Progress, RunSummary
 
@@ -255,6 +255,7 @@ def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
     else:
         report.prepared = survey(spec, options, setup.chat, ChatTokenizers(setup.chat), report.limit,
                                  _rollout_reject(options.strict))
+        check_held_out(report.prepared, fingerprint_fields(spec, setup.profile, setup.chat))
     return report
 
 
@@ -294,6 +295,8 @@ def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | N
                              _rollout_reject(options.strict))
             staged = prepared.staged
         try:
+            if staged is not None:
+                check_held_out(prepared, fields)
             # Claimed once the prompts could be prepared: a start that failed there leaves no run
             # behind that would refuse the next command's corrected settings.
             run_fingerprint = run.claim(fields, meta=run_meta(spec, options, setup))

@@ -22,10 +22,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
 from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
 from eagle3_synth.prompts.templating import ChatTokenizer
+from eagle3_synth.prompts.validation import run_validation, validation_conversations
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory, StagedPrompts
 from eagle3_synth.run.progress import RunSummary
 from eagle3_synth.run.spec import RunOptions, RunSpec
@@ -44,6 +47,8 @@ class Prepared:
     rejects: list[dict[str, Any]] = field(default_factory=list)
     # Per kept rollout, in prompts.jsonl order: its first prompt's length, and its turns.
     lengths: array = field(default_factory=lambda: array("q"))
+    # Per kept rollout: its source conversation (`prompt_slots`' meaning), for the validation draw.
+    conversations: array = field(default_factory=lambda: array("q"))
     turns: int = 0
     staged: StagedPrompts | None = None
 
@@ -57,6 +62,7 @@ class Prepared:
     def measured(self, rollouts: Iterator[PreparedPrompt]) -> Iterator[PreparedPrompt]:
         for rollout in rollouts:
             self.lengths.append(len(rollout.prompt_ids))
+            self.conversations.append(rollout.conversation_id if rollout.conversation_id >= 0 else rollout.sample_id)
             self.turns += rollout.turns
             yield rollout
 
@@ -80,6 +86,15 @@ def stage(run: RunDirectory, spec: RunSpec, options: RunOptions, chat: ChatToken
     prepared.staged = run.stage_prompts(_rollouts(spec, options, chat, chats, prepared, *limit, reject),
                                         prepared.rejects)
     return prepared
+
+
+def check_held_out(prepared: Prepared, fields: dict[str, Any]) -> None:
+    """With `--validation`, the draw assembly will make (`prompts/validation.py`) must hold some
+    conversations out and leave some for train: checked on the prepared prompts, before an engine
+    loads, so a split that would be empty is a one-line error, not a missing split days later."""
+    validation, seed = run_validation(fields)
+    if validation is not None and prepared.kept:
+        validation_conversations(np.frombuffer(prepared.conversations, dtype=np.int64), validation, seed)
 
 
 def survey(spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: ChatTokenizers,

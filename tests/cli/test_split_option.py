@@ -54,3 +54,41 @@ def test_a_dataset_built_without_validation_has_no_validation_split(tmp_path_fac
     assert f"config {KIMI_CONFIG} has no validation split (built without --validation)" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="the run has no validation split \\(generated without --validation\\)"):
         open_source(str(folder / ".runs"), split="validation").table(KIMI_CONFIG, ["sample_id"])
+
+
+def test_every_reading_command_takes_the_validation_split(held_out, tmp_path, capsys):
+    """validate, stats, inspect and vocab read the held-out rows (6 of 24), not train's."""
+    assert main(["validate", str(held_out), "--split", "validation"]) == 0
+    assert f"{KIMI_CONFIG}: 6 rows" in capsys.readouterr().out
+    assert main(["stats", str(held_out), "--split", "validation", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert [s["count"] for s in stats] == [6]
+    assert main(["inspect", str(held_out), KIMI_CONFIG, "--split", "validation", "--first", "10"]) == 0
+    shown = capsys.readouterr().out
+    assert "6 rows" in shown and all(f"sample {i}" in shown for i in parquet_ids(held_out, "validation"))
+    counts = {}
+    for split in ("train", "validation"):
+        out = tmp_path / split
+        assert main(["vocab", str(held_out), KIMI_CONFIG, "--split", split, "--draft-vocab-size", "8", "--target-vocab-size", "200000", "--json",
+                     str(out / "vocab.json"), "--out", str(out)]) == 0
+        counts[split] = json.loads((out / "vocab.json").read_text())
+    assert counts["train"] != counts["validation"]
+
+
+@pytest.mark.parametrize("validation, message", [
+    ("0.0001", "--validation 0.0001: the draw holds out none of the run's 24 conversations; give a larger fraction"),
+    ("24", "--validation 24: the run keeps 24 conversations, so no conversation would be left for train"),
+])
+def test_a_split_that_would_be_empty_is_refused_before_the_run_starts(tmp_path, kimi_tokenizer, capsys,
+                                                                      validation, message):
+    """Asked for a split and given none (or train given none) is refused once the prompts are
+    prepared, before the run is claimed or anything generated; a dry run says the same."""
+    write_prompts(tmp_path / "prompts.jsonl", 24)
+    out = tmp_path / "ds"
+    build(out, KIMI_CONFIG, KIMI_TOKENIZER, kimi_outputs(kimi_tokenizer, 24), tmp_path / "prompts.jsonl",
+          extra=["--validation", validation], status=2)
+    assert message in capsys.readouterr().err
+    assert not (out / ".runs" / KIMI_CONFIG / "run.json").exists() and not (out / KIMI_CONFIG).exists()
+    assert main(["build", KIMI_CONFIG, "--model", str(KIMI_TOKENIZER), "--prompts", str(tmp_path / "prompts.jsonl"),
+                 "--validation", validation, "--dry-run", "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
