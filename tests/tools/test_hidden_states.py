@@ -400,3 +400,20 @@ def test_the_validation_split_gets_a_folder_of_its_own(tmp_path, capsys):
     assert run_cli([*base, "--out", str(tmp_path / "train")], capsys)[0] == 0
     code, text = run_cli([*base, "--split", "validation", "--out", str(tmp_path / "train")], capsys)
     assert code == 2 and "split: written with 'train', now 'validation'" in text
+
+
+def test_device_map_spreads_the_model_and_writes_the_same_files(built, tmp_path, capsys):
+    """`--device-map auto` (accelerate's dispatch, the route for a model larger than one GPU; here it
+    places every module on the CPU) gives the files `--device cpu` gives, byte for byte in content."""
+    pytest.importorskip("accelerate", reason="--device-map needs accelerate (the [hidden] extra)")
+    written = {}
+    for name, placement in (("device", ["--device", "cpu"]), ("map", ["--device-map", "auto"])):
+        out = tmp_path / name
+        code, text = run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(out),
+                              "--layers", "0", "1", "2", "--dtype", "float32", *placement, "--no-progress"], capsys)
+        assert code == 0, text
+        written[name] = {f.name: torch.load(f, weights_only=True) for f in sorted(out.glob("*.ckpt"))}
+    assert list(written["map"]) == list(written["device"]) and len(written["map"]) == ROWS
+    for name, data in written["map"].items():
+        for key, value in data.items():
+            assert torch.equal(value, written["device"][name][key]), (name, key)
