@@ -89,6 +89,24 @@ class LocalStore:
         except FileNotFoundError:
             return []
 
+    def touch(self, path: str) -> None:
+        """Stamp `path` now: `utime(path, None)`, the store's clock (on NFS the server's)."""
+        os.utime(path)
+
+    def age(self, path: str) -> float | None:
+        """Seconds since `path` was last stamped, on the store's clock (`lease.py`); None if absent."""
+        try:
+            then = os.stat(path).st_mtime
+        except FileNotFoundError:
+            return None
+        probe = f"{path}.{secrets.token_hex(4)}.clock"
+        with open(probe, "xb"):
+            pass
+        try:
+            return os.stat(probe).st_mtime - then
+        finally:
+            os.unlink(probe)
+
     def remove_created(self) -> None:
         """Remove the folders `create` made if they are empty again: a command refused or failed
         before writing anything leaves no empty run directory behind."""
@@ -139,3 +157,23 @@ class FsspecStore:
         except FileNotFoundError:
             return []
 
+
+    def touch(self, path: str) -> None:
+        """Stamp `path` now by writing its bytes again (object stores have no utime)."""
+        data = self.read(path)
+        if data is not None:
+            self.fs.pipe_file(path, data)
+
+    def age(self, path: str) -> float | None:
+        """Seconds since `path` was last written, on the store's clock (`lease.py`); None if absent
+        or if the backend keeps no modification time."""
+        try:
+            then = self.fs.modified(path)
+            probe = f"{path}.{secrets.token_hex(4)}.clock"
+            self.fs.pipe_file(probe, b"")
+            try:
+                return (self.fs.modified(probe) - then).total_seconds()
+            finally:
+                self.remove(probe)
+        except (FileNotFoundError, NotImplementedError):
+            return None

@@ -284,3 +284,68 @@ def test_assembly_is_refused_while_a_generator_holds_the_run(tmp_path, kimi_toke
                capsys.readouterr().out
     assert main(assemble) == 0
     assert [r["sample_id"] for r in config_rows(tmp_path / "out")] == list(range(SAMPLES))
+
+
+# -- leases: another host's lock expires when its holder stops renewing it -------------------------------
+def set_back(run: RunDirectory, shard: Shard, seconds: float) -> None:
+    """Make the lock's last renewal `seconds` older on the store's own clock (no waiting)."""
+    path = f"{run.root}/{shard_lock_name(shard)}"
+    if run.on_local_disk:
+        stamp = os.stat(path).st_mtime - seconds
+        os.utime(path, (stamp, stamp))
+    else:  # memory://: the stamp its `modified` reports
+        import datetime
+
+        entry = run.fs.store[run.fs._strip_protocol(path)]
+        entry.modified = entry.modified - datetime.timedelta(seconds=seconds)
+
+
+def remote(lease: float | None = 600.0) -> Holder:
+    return Holder("gpu-node-17", 4242, "2026-01-01T00:00:00Z", "f00d", lease=lease)
+
+
+def test_a_lock_of_another_host_whose_lease_expired_is_taken_over(run_url, caplog):
+    """A Slurm task requeued onto another node after its node died: the lost node's lock has not
+    been renewed for longer than its lease, so the new task takes the shard over."""
+    run = RunDirectory(run_url)
+    plant(run, remote(), Shard(3, 16))
+    set_back(run, Shard(3, 16), 601)
+    assert run.generators() == []  # assembly does not wait for it either
+    with caplog.at_level(logging.WARNING), run.lock(Shard(3, 16)) as lock:
+        assert json.loads(lock_bytes(run, Shard(3, 16)))["token"] == lock.holder.token
+    assert "took over the lock of pid 4242 on host gpu-node-17" in caplog.text
+
+
+def test_a_lock_of_another_host_within_its_lease_is_refused_saying_when_it_expires(run_url):
+    run = RunDirectory(run_url)
+    planted = plant(run, remote(), Shard(3, 16))
+    set_back(run, Shard(3, 16), 300)
+    with pytest.raises(LockHeld, match=r"which this host cannot check \(lock .*\.shard-3-of-16\.lock\); it is taken "
+                                       r"over once 600 s pass without the holder renewing it; if that process is gone"):
+        run.lock(Shard(3, 16)).acquire()
+    assert lock_bytes(run, Shard(3, 16)) == planted
+    assert [state for _, _, state in run.generators()] == ["unknown"]
+
+
+def test_a_lock_without_a_lease_never_expires(run_url):
+    """Written by an older version: no lease recorded, so no age makes it expire."""
+    run = RunDirectory(run_url)
+    plant(run, remote(lease=None), Shard(3, 16))
+    set_back(run, Shard(3, 16), 10 ** 6)
+    with pytest.raises(LockHeld, match="which this host cannot check"):
+        run.lock(Shard(3, 16)).acquire()
+
+
+def test_the_holder_renews_its_lock_until_it_releases_it(run_url):
+    run = RunDirectory(run_url)
+    run.fs.makedirs(run.root, exist_ok=True)
+    lock = ShardLock(run._lock_store(), run.root, run.url, Shard(), lease=0.5)  # renewed every 0.05 s
+    with lock:
+        recorded = json.loads(lock_bytes(run, Shard()))
+        assert recorded["lease"] == 0.5
+        set_back(run, Shard(), 3600)
+        store = run._lock_store()
+        path = f"{run.root}/{shard_lock_name(Shard())}"
+        wait_until(lambda: store.age(path) < 60, "the holder to renew its lock")
+        assert json.loads(lock_bytes(run, Shard())) == recorded  # renewed, not rewritten by someone else
+    assert lock_bytes(run, Shard()) is None and lock._heartbeat is None
