@@ -157,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     # Hidden states and training are redone on each run.
     for stale in (*states.values(), run):
         shutil.rmtree(stale, ignore_errors=True)
-    for split, folder in states.items():
-        ours(["hidden-states", ds, *args.configs, "--format", "specforge", "--out", folder, "--split", split,
-              "--model", MODEL, "--layers", *LAYERS, "--no-progress"])
-    rows = {split: len(list(folder.glob("*.ckpt"))) for split, folder in states.items()}
-    if not rows["validation"]:
+    # A config with few conversations may have none drawn for validation: it then has no such split.
+    held_out = [c for c in args.configs if any((ds / c).glob("validation-*.parquet"))]
+    if not held_out:
         raise SystemExit(f"specforge_demo: no validation rows (build --validation {args.validation} held none out)")
+    for split, folder in states.items():
+        ours(["hidden-states", ds, *(args.configs if split == "train" else held_out), "--format", "specforge",
+              "--out", folder, "--split", split, "--model", MODEL, "--layers", *LAYERS, "--no-progress"])
+    rows = {split: len(list(folder.glob("*.ckpt"))) for split, folder in states.items()}
     run.mkdir(parents=True)
 
     model_config = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
