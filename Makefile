@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean speculators-venv specforge-venv train-demo
+.PHONY: setup demo test clean speculators-venv specforge-venv train-demo specforge-train-demo
 
 $(BIN)/eagle3-synth: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,28 +46,35 @@ $(SPEC_DONE): scripts/speculators-requirements.txt
 
 speculators-venv: $(SPEC_DONE)
 
-# SpecForge 0.2.0 in a virtual environment of its own, for the test that runs its own offline reader
-# over our .ckpt files (tests/tools/test_hidden_states.py). Its METADATA pins torch==2.11.0,
-# transformers==5.8.1 and sglang==0.5.14 (CUDA builds); the offline reader's import chain
-# (runtime/data_plane/offline_reader.py -> runtime/contracts.py, runtime/data_plane/feature_store.py;
-# algorithms/eagle3/data.py) needs only torch and the standard library, so: CPU torch, then SpecForge
-# with --no-deps and nothing else. Fails if any nvidia-* package got in. Under a minute, pip cache warm.
+# SpecForge 0.2.0 in a virtual environment of its own, for the tests that run its own code on our
+# files: its offline reader (tests/tools/test_hidden_states.py) and its offline EAGLE-3 training loop
+# (`make specforge-train-demo`, tests/scripts/test_specforge_demo.py). Its METADATA pins
+# torch==2.11.0, transformers==5.8.1 and sglang==0.5.14 (CUDA builds), so: CPU torch, then SpecForge
+# with --no-deps, then only what the offline training path imports (scripts/specforge-requirements.txt:
+# transformers 5.8.1 as pinned, accelerate, datasets, pydantic, pyyaml, safetensors; no sglang, no
+# triton). Fails if that changed torch or brought in nvidia-*/sglang/triton packages. One venv for
+# both (not a second one for training): one torch install, one SpecForge. About 1 min, pip cache warm.
 SF_VENV := .venv-specforge
 SF_BIN := $(SF_VENV)/bin
 SF_LOG := $(SF_VENV)/install.log
 SF_DONE := $(SF_VENV)/installed
 
-$(SF_DONE):
+$(SF_DONE): scripts/specforge-requirements.txt
 	rm -rf $(SF_VENV)
 	$(PYTHON) -m venv $(SF_VENV)
 	$(SF_BIN)/pip install --quiet --upgrade pip >$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
 	$(SF_BIN)/pip install --quiet torch==2.13.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SF_VENV)/torch-before.txt
 	$(SF_BIN)/pip install --quiet --no-deps specforge==0.2.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	@# pip warns that SpecForge's own pins (torch 2.11.0, sglang ...) are unmet: that is the point.
+	$(SF_BIN)/pip install --quiet -r scripts/specforge-requirements.txt >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(SF_VENV)/torch-before.txt - \
+		|| (echo "$(SF_VENV): SpecForge's dependencies changed torch (lines above); not using it"; exit 1)
 	! $(SF_BIN)/pip list --format=freeze | grep -iE '^(nvidia-|sglang|triton)' \
 		|| (echo "$(SF_VENV): the packages above are CUDA/SGLang ones; not using it"; exit 1)
-	$(SF_BIN)/python -c "import specforge.runtime.data_plane.offline_reader, specforge.algorithms.eagle3.data" \
+	$(SF_BIN)/python -c "import specforge.runtime.data_plane.offline_reader, specforge.algorithms.eagle3.data, specforge.cli" \
 		>>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	@echo "$(SF_VENV): $$($(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|specforge)=' | tr '\n' ' ')"
+	@echo "$(SF_VENV): $$($(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|specforge|transformers)=' | tr '\n' ' ')"
 	touch $@
 
 specforge-venv: $(SF_DONE)
@@ -76,5 +83,9 @@ specforge-venv: $(SF_DONE)
 train-demo: setup speculators-venv
 	$(BIN)/python scripts/train_demo.py --speculators-python $(SPEC_BIN)/python
 
+# A tiny EAGLE-3 drafter trained on the CPU by SpecForge's own offline training loop (scripts/specforge_demo.py).
+specforge-train-demo: setup specforge-venv
+	$(BIN)/python scripts/specforge_demo.py --specforge-python $(SF_BIN)/python
+
 clean:
-	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) demo_out train_demo_out
+	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) demo_out train_demo_out specforge_demo_out

@@ -10,8 +10,9 @@ reads them:
                the final state before the norm). Then: speculators train --data-path PREP
                --target-layer-ids <the layers> --on-missing raise ...
   specforge    OUT/<config>-<sample_id>.ckpt: input_ids, loss_mask, hidden_state [1, T, H] (after
-               the norm), aux_hidden_state [1, T, 3H], bf16. Then: specforge train ... mode=offline
-               data.hidden_states_path=OUT (a model with no index or a tied head: also
+               the norm), aux_hidden_state [1, T, 3H], bf16. Then: specforge train --config
+               run.yaml data.hidden_states_path=OUT (--split validation:
+               data.eval_hidden_states_path=OUT) (a model with no index or a tied head: also
                model.target_model_path=OUT/target_model, written here).
 
 --layers are vLLM's ids: 0 = embeddings, i = the input of decoder layer i, n = the last layer's
@@ -144,8 +145,10 @@ def _run(source: object, options: HiddenStatesOptions, args: argparse.Namespace)
             if model is not None:
                 specforge_target.write_target_folder(model, Path(options.model), target_folder)
             target = str(target_folder)
-        print(f"  train: specforge train ... mode=offline data.hidden_states_path={layout.folder} "
-              f"model.target_model_path={target}")
+        # SpecForge's overrides name existing keys only (config/schema.py:945-971); the run is offline
+        # because data.hidden_states_path is set (:913-914), there is no `mode` key to give.
+        key = "data.eval_hidden_states_path" if options.split == "validation" else "data.hidden_states_path"
+        print(f"  train: specforge train --config run.yaml {key}={layout.folder} model.target_model_path={target}")
     if args.check:
         report = check_files(model, layout, plan.items, LAYOUTS[options.fmt].fixed_dtype or options.dtype,
                              greedy(source, options.configs))

@@ -206,8 +206,12 @@ def test_speculators_own_reader_loads_every_file(speculators_python, built, tmp_
 
 def test_specforge_own_reader_loads_every_file(specforge_python, built, tmp_path, capsys):
     out = tmp_path / "sf"
-    assert run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(out),
-                    "--layers", "0", "1", "2"], capsys)[0] == 0
+    code, printed = run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(out),
+                             "--layers", "0", "1", "2"], capsys)
+    assert code == 0
+    # The next command it prints gives SpecForge only keys its config has (no `mode`: config/schema.py:959).
+    assert f"train: specforge train --config run.yaml data.hidden_states_path={out} model.target_model_path={out / 'target_model'}" \
+        in printed
     samples = read_with(specforge_python, "specforge", str(out))
     assert [s["file"] for s in samples] == [f"{CONFIG}-{i:09d}.ckpt" for i in range(ROWS)]
     for record, sample in zip(records(built), samples):
