@@ -5,7 +5,8 @@ Every step is the README's "SpecForge 0.2.0: offline" path, run on the bundled t
 (tests/fixtures/models/tiny-kimi, 2 decoder layers, vocabulary 2,048) and printed as the command it is:
 
 1. `eagle3-synth build` each config from its bundled sample prompts, several sampled rollouts per
-   prompt, with `--validation F`: whole conversations held out as a `validation` split;
+   prompt, with `--validation N` (a count, default 1) for each config with two or more bundled
+   prompts: whole conversations held out as a `validation` split;
 2. `eagle3-synth vocab` over the mix (SpecForge's `.pt` d2t/t2d mapping);
 3. `eagle3-synth hidden-states ... --format specforge` for the train split and, into a folder of its
    own, the validation split (`--layers 0 1 2`: the tiny model has 2 layers, as in scripts/train_demo.py);
@@ -54,8 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples-per-prompt", type=int, default=6, help="rollouts per bundled prompt")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--validation", type=float, default=0.2,
-                        help="build --validation: the share of conversations held out for SpecForge's evaluation")
+    parser.add_argument("--validation", default="1",
+                        help="build --validation: conversations held out per config for SpecForge's evaluation, a "
+                             "count or a fraction (default 1: a config has only a few bundled prompts, and a "
+                             "split left empty is refused); configs with one bundled prompt keep it for train")
     parser.add_argument("--draft-vocab-size", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3, help="training.learning_rate (SpecForge's default is 1e-4)")
@@ -64,6 +67,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--specforge-python", type=Path, default=ROOT / ".venv-specforge" / "bin" / "python",
                         help="the interpreter SpecForge 0.2.0 is installed for (make specforge-venv)")
     return parser.parse_args(argv)
+
+
+def bundled_conversations(config: str) -> int:
+    """How many sample prompts a config bundles (its demo's conversations)."""
+    from eagle3_synth.prompts.configs import sample_prompts_path
+
+    with open(sample_prompts_path(config), encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def theirs(python: Path, argv: list[str], log: Path) -> None:
@@ -149,18 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
+    # A config with one bundled prompt cannot hold a conversation out and keep one for train.
+    held_out = [c for c in args.configs if bundled_conversations(c) > 1]
     for config in args.configs:
         ours(["build", config, "--model", MODEL, "--out", ds, "--samples-per-prompt", args.samples_per_prompt,
               "--max-new-tokens", args.max_new_tokens, "--temperature", args.temperature, "--seed", 0,
-              "--validation", args.validation])
+              *(["--validation", args.validation] if config in held_out else [])])
     ours(["vocab", ds, *args.configs, "--draft-vocab-size", args.draft_vocab_size, "--out", vocab, "--overwrite"])
     # Hidden states and training are redone on each run.
     for stale in (*states.values(), run):
         shutil.rmtree(stale, ignore_errors=True)
-    # A config with few conversations may have none drawn for validation: it then has no such split.
-    held_out = [c for c in args.configs if any((ds / c).glob("validation-*.parquet"))]
     if not held_out:
-        raise SystemExit(f"specforge_demo: no validation rows (build --validation {args.validation} held none out)")
+        raise SystemExit("specforge_demo: no config with two or more bundled prompts to hold one out for validation")
     for split, folder in states.items():
         ours(["hidden-states", ds, *(args.configs if split == "train" else held_out), "--format", "specforge",
               "--out", folder, "--split", split, "--model", MODEL, "--layers", *LAYERS, "--no-progress"])

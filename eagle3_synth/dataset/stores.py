@@ -145,13 +145,15 @@ class FolderSource(RowSource):
     def _dataset(self, config: str):
         import pyarrow.dataset as pads
 
-        from eagle3_synth.dataset.folder import config_files
+        from eagle3_synth.dataset.folder import config_files, read_run_info
 
         self.check_config(config)
         files = [str(p) for p in config_files(self.path, config, self.split)]
         if not files:
-            raise ConfigError(f"{self.location}: config {config} has no {self.split} split "
-                              "(built without --validation)")
+            asked = ((read_run_info(self.path, config) or {}).get("fields") or {}).get("validation")
+            why = ("built without --validation" if asked is None else
+                   f"built with --validation {asked}, but no held-out conversation has a row yet")
+            raise ConfigError(f"{self.location}: config {config} has no {self.split} split ({why})")
         return pads.dataset(files, format="parquet")
 
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:

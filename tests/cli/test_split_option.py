@@ -92,3 +92,24 @@ def test_a_split_that_would_be_empty_is_refused_before_the_run_starts(tmp_path, 
     assert main(["build", KIMI_CONFIG, "--model", str(KIMI_TOKENIZER), "--prompts", str(tmp_path / "prompts.jsonl"),
                  "--validation", validation, "--dry-run", "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_validation_split_whose_conversations_all_failed_is_left_out_and_said(held_out, tmp_path, kimi_tokenizer,
+                                                                              capsys):
+    """Every held-out conversation failed: an empty split in the card would break every
+    load_dataset of the config (datasets refuses a split with no data), so it is left out, the
+    build says so and exits 1 naming the failures; train loads."""
+    from datasets import load_dataset
+
+    held = set(parquet_ids(held_out, "validation"))
+    write_prompts(tmp_path / "prompts.jsonl", 24)
+    outputs = [r for r in kimi_outputs(kimi_tokenizer, 24) if r["sample_id"] not in held]
+    build(tmp_path / "ds", KIMI_CONFIG, KIMI_TOKENIZER, outputs, tmp_path / "prompts.jsonl",
+          status=1, extra=["--validation", "6"])
+    out = capsys.readouterr().out
+    assert "6 failed" in out and f"{KIMI_CONFIG}: no validation row yet" in out
+    assert not list((tmp_path / "ds" / KIMI_CONFIG).glob("validation-*"))
+    assert load_dataset(str(tmp_path / "ds"), KIMI_CONFIG, split="train").num_rows == 18
+    assert main(["stats", str(tmp_path / "ds"), "--split", "validation"]) == 2
+    assert (f"config {KIMI_CONFIG} has no validation split (built with --validation 6, but no held-out "
+            "conversation has a row yet)") in capsys.readouterr().err
