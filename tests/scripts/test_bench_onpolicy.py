@@ -1,0 +1,114 @@
+"""scripts/bench_onpolicy.py's own logic (issue 21 point 4), on the tiny model, without speculators:
+the off-policy rows (replayed through a real build) against the template's rendering, the budget
+cut, and the acceptance-length formula."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import TINY_MODEL
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench_onpolicy.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_onpolicy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TINY_MODEL))
+
+
+def stop_ids() -> set[int]:
+    return set(json.loads((TINY_MODEL / "generation_config.json").read_text())["eos_token_id"])
+
+
+def test_answer_ids_are_the_assistant_span_of_the_rendering(bench, tokenizer):
+    messages = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5."},
+                {"role": "user", "content": "Tell me a fun fact."}, {"role": "assistant", "content": "Octopuses have three hearts."}]
+    first, second = bench.answer_ids(tokenizer, messages, stop_ids())
+    # The history turn renders with an empty reasoning block; what follows the prompt's "<think>" is
+    # its close, the answer and the end-of-turn token, and nothing after it.
+    assert tokenizer.decode(first) == "</think>2 + 3 = 5.<|im_end|>"
+    assert tokenizer.decode(second) == "</think>Octopuses have three hearts.<|im_end|>"
+    prompt = tokenizer(tokenizer.apply_chat_template(messages[:3], tokenize=False, add_generation_prompt=True),
+                       add_special_tokens=False)["input_ids"]
+    full = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    assert prompt + second == full
+
+
+def test_offpolicy_rows_are_the_source_rendering_and_masked_like_ours(bench, tokenizer, tmp_path):
+    from datasets import load_dataset
+
+    from eagle3_synth.cli import main as cli
+
+    conversations = bench.source_conversations(3, 6)
+    assert len({c["messages"][0]["content"] for c in conversations}) == 6  # no duplicate openings
+    answers = [bench.answer_ids(tokenizer, c["messages"], stop_ids()) for c in conversations]
+    bench.write_jsonl(tmp_path / "c.jsonl", conversations)
+    bench.write_jsonl(tmp_path / "r.jsonl", bench.replay_records(conversations, answers))
+    assert cli(["build", bench.CONFIG, "--prompts", str(tmp_path / "c.jsonl"), "--model", str(TINY_MODEL),
+                "--turns", "all", "--engine", "replay", "--replay", str(tmp_path / "r.jsonl"), "--validation", "2",
+                "--max-new-tokens", "64", "--out", str(tmp_path / "ds")]) == 0
+    rows = sum(len(t) for t in answers)
+    assert bench.check_offpolicy_rows(tmp_path / "ds", conversations, tokenizer) == rows
+    # Every assistant turn became a row whose output is the source's answer, on the source's history.
+    train = load_dataset(str(tmp_path / "ds"), bench.CONFIG, split="train")
+    for row in train:
+        conversation = next(i for i, c in enumerate(conversations) if c["id"] == row["source_id"])
+        assert list(row["output_ids"]) == answers[conversation][row["turn"]]
+    # The ids export masks exactly the output, as for on-policy rows.
+    assert cli(["export", str(tmp_path / "ds"), bench.CONFIG, "--format", "ids", "--no-text",
+                "--out", str(tmp_path / "a.jsonl")]) == 0
+    exported = bench.read_jsonl(tmp_path / "a.jsonl")
+    assert len(exported) == len(train)
+    assert bench.loss_tokens(exported) == sum(len(r["output_ids"]) for r in train)
+
+
+def test_a_wrong_replay_mapping_is_caught(bench, tokenizer, tmp_path):
+    from eagle3_synth.cli import main as cli
+
+    conversations = bench.source_conversations(3, 4)
+    answers = [bench.answer_ids(tokenizer, c["messages"], stop_ids()) for c in conversations]
+    answers[0], answers[1] = answers[1], answers[0]  # each conversation gets another's answers
+    bench.write_jsonl(tmp_path / "c.jsonl", conversations)
+    bench.write_jsonl(tmp_path / "r.jsonl", bench.replay_records(conversations, answers))
+    cli(["build", bench.CONFIG, "--prompts", str(tmp_path / "c.jsonl"), "--model", str(TINY_MODEL), "--turns", "all",
+         "--engine", "replay", "--replay", str(tmp_path / "r.jsonl"), "--max-new-tokens", "64", "--out", str(tmp_path / "ds")])
+    with pytest.raises(SystemExit, match="is not its source's rendering"):
+        bench.check_offpolicy_rows(tmp_path / "ds", conversations, tokenizer)
+
+
+def test_cut_to_budget_is_exact_and_keeps_ids(bench):
+    rows = [{"id": str(i), "input_ids": list(range(10)), "loss_mask": [0] * 4 + [1] * 6} for i in range(5)]
+    cut = bench.cut_to_budget(rows, 15)
+    assert bench.loss_tokens(cut) == 15
+    assert [len(r["input_ids"]) for r in cut] == [10, 10, 10]
+    assert cut[-1]["loss_mask"] == [0] * 4 + [1] * 3 + [0] * 3  # the tail beyond the budget unmasked
+    assert bench.cut_to_budget(rows, 15) == cut  # seeded
+    assert bench.loss_tokens(bench.cut_to_budget(rows, 30)) == 30
+    with pytest.raises(SystemExit, match="30 supervised tokens, fewer than the budget 31"):
+        bench.cut_to_budget(rows, 31)
+
+
+def test_acceptance_length_and_summary(bench):
+    assert bench.acceptance_length([0.5, 0.25, 0.125]) == 1.875
+    assert bench.acceptance_length([]) == 1.0
+    s = bench.summary([[0.4, 0.2], [0.6, 0.2]])
+    assert s["mean"] == pytest.approx([0.5, 0.2, 1.7])
+    assert s["min"] == pytest.approx([0.4, 0.2, 1.6]) and s["max"] == pytest.approx([0.6, 0.2, 1.8])
+    assert bench.accuracies({"full_acc_10_epoch": 0.0, "full_acc_2_epoch": 0.1, "full_acc_0_epoch": 0.5, "loss": 1}) == [0.5, 0.1, 0.0]
