@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -112,3 +113,26 @@ def test_acceptance_length_and_summary(bench):
     assert s["mean"] == pytest.approx([0.5, 0.2, 1.7])
     assert s["min"] == pytest.approx([0.4, 0.2, 1.6]) and s["max"] == pytest.approx([0.6, 0.2, 1.8])
     assert bench.accuracies({"full_acc_10_epoch": 0.0, "full_acc_2_epoch": 0.1, "full_acc_0_epoch": 0.5, "loss": 1}) == [0.5, 0.1, 0.0]
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_end_to_end_small(tmp_path):
+    """The whole script, tiny: three conditions at one supervised-token budget, trained by
+    speculators' own loop, each evaluated on the same held-out on-policy rows, and (a) on its own;
+    so a change that breaks the benchmark's path fails CI rather than the next person to rerun it."""
+    from ..support.trainer_venvs import SPECULATORS, trainer_python
+
+    python = trainer_python(SPECULATORS)
+    out = tmp_path / "bench"
+    argv = [sys.executable, str(ROOT / "scripts" / "bench_onpolicy.py"), "--out", str(out), "--conversations", "16",
+            "--validation", "4", "--steps", "2", "--seeds", "0",
+            "--total-seq-len", "512", "--speculators-python", str(python)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    budgets = results["budgets"]
+    assert len({b["supervised"] for b in budgets.values()}) == 1 == len(results["seeds"])
+    assert set(results["runs"]) == {"offpolicy", "last", "all", "offpolicy on its own held-out rows"}
+    for accuracies in (run for runs in results["runs"].values() for run in runs):
+        assert len(accuracies) == 3 and all(0.0 <= a <= 1.0 for a in accuracies)
+    assert results["route_check"]["in training"] == results["route_check"]["from the checkpoint"]
