@@ -308,15 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     answers = [answer_ids(tokenizer, c["messages"], stop_ids) for c in conversations]
     write_jsonl(out / "conversations.jsonl", conversations)
     write_jsonl(out / "replay.jsonl", replay_records(conversations, answers))
-    common = ["--prompts", out / "conversations.jsonl", "--model", MODEL, "--validation", args.validation,
-              "--max-new-tokens", args.max_new_tokens, "--seed", 0]
-    ours(["build", CONFIG, *common, "--turns", "all", "--engine", "replay", "--replay", out / "replay.jsonl",
-          "--out", out / "ds_offpolicy"])
+    common = ["--prompts", out / "conversations.jsonl", "--model", MODEL, "--validation", args.validation, "--seed", 0]
+    # The source's answers are what they are: (a)'s cap is its longest answer when that is over ours.
+    longest = max(len(ids) for turns in answers for ids in turns)
+    ours(["build", CONFIG, *common, "--max-new-tokens", max(args.max_new_tokens, longest), "--turns", "all",
+          "--engine", "replay", "--replay", out / "replay.jsonl", "--out", out / "ds_offpolicy"])
     checked = check_offpolicy_rows(out / "ds_offpolicy", conversations, tokenizer)
     print(f"  (a): {checked} rows, each its source conversation's rendering up to its answer", flush=True)
     for name, turns, samples in (("last", "last", args.samples_last), ("all", "all", args.samples_all)):
-        ours(["build", CONFIG, *common, "--turns", turns, "--samples-per-prompt", samples,
-              "--temperature", args.temperature, "--out", out / f"ds_{name}"])
+        ours(["build", CONFIG, *common, "--max-new-tokens", args.max_new_tokens, "--turns", turns,
+              "--samples-per-prompt", samples, "--temperature", args.temperature, "--out", out / f"ds_{name}"])
     clock["builds"] = time.perf_counter() - started
 
     # 2. ids rows; every condition cut to the same supervised-token budget; one draft vocabulary.

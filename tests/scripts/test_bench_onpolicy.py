@@ -125,7 +125,7 @@ def test_the_benchmark_runs_end_to_end_small(tmp_path):
     python = trainer_python(SPECULATORS)
     out = tmp_path / "bench"
     argv = [sys.executable, str(ROOT / "scripts" / "bench_onpolicy.py"), "--out", str(out), "--conversations", "16",
-            "--validation", "4", "--steps", "2", "--seeds", "0",
+            "--validation", "4", "--max-new-tokens", "24", "--steps", "2", "--seeds", "0",
             "--total-seq-len", "512", "--speculators-python", str(python)]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
