@@ -62,7 +62,7 @@ class Prepared:
     def measured(self, rollouts: Iterator[PreparedPrompt]) -> Iterator[PreparedPrompt]:
         for rollout in rollouts:
             self.lengths.append(len(rollout.prompt_ids))
-            self.conversations.append(rollout.conversation_id if rollout.conversation_id >= 0 else rollout.sample_id)
+            self.conversations.append(rollout.conversation)
             self.turns += rollout.turns
             yield rollout
 
