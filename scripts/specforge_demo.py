@@ -29,17 +29,15 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_demo import LAYERS, MODEL, ROOT, ours, show  # noqa: E402 - the same eagle3-synth steps
+from train_demo import LAYERS, MODEL, ROOT, logged, ours, show  # noqa: E402 - the same eagle3-synth steps
 
 CPU_MAIN = ROOT / "scripts" / "specforge_cpu.py"
 STEP_LINE = re.compile(r"^step (\d+): (\{.*\})$")
@@ -81,13 +79,7 @@ def theirs(python: Path, argv: list[str], log: Path) -> None:
     """One command of scripts/specforge_cpu.py in SpecForge's venv; its output goes to `log`, the last
     lines are shown if it fails."""
     show(argv, prog="python scripts/specforge_cpu.py")
-    with open(log, "w", encoding="utf-8") as out:
-        code = subprocess.run([str(python), str(CPU_MAIN), *argv], stdout=out, stderr=subprocess.STDOUT,
-                              check=False).returncode
-    if code != 0:
-        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
-        raise SystemExit("\n".join(tail) + f"\nspecforge_demo: `specforge {argv[0]}` exited with {code} (whole log: {log})")
-    print(f"  ok (log: {log})", flush=True)
+    logged([str(python), str(CPU_MAIN), *argv], log, f"specforge_demo: `specforge {argv[0]}`")
 
 
 def run_yaml(*, target: Path, draft: Path | None, vocab: Path, train: Path, validation: Path, epochs: int,

@@ -81,19 +81,23 @@ def ours(argv: list[str]) -> None:
         raise SystemExit(f"train_demo: `eagle3-synth {argv[0]}` exited with {code}")
 
 
+def logged(command: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """Run a trainer's command with its long console output in `log`; its last lines are shown,
+    naming `what` ran, if it fails."""
+    with open(log, "w", encoding="utf-8") as out:
+        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+        raise SystemExit("\n".join(tail) + f"\n{what} exited with {code} (whole log: {log})")
+    print(f"  ok (log: {log})", flush=True)
+
+
 def theirs(python: Path, argv: list[str], log: Path, env: dict[str, str] | None = None, cpu_patched: bool = False) -> None:
-    """One speculators command in its own environment (`cpu_patched`: through scripts/speculators_cpu.py);
-    its long console output goes to `log`, its last lines are shown if it fails."""
+    """One speculators command in its own environment (`cpu_patched`: through scripts/speculators_cpu.py)."""
     show(argv, prog="python scripts/speculators_cpu.py" if cpu_patched else "speculators")
     command = [str(python), *([str(CPU_MAIN)] if cpu_patched else ["-m", "speculators"]), *argv]
     # Wide lines: rich wraps the trainer's console to the terminal width, which a log file lacks.
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    with open(log, "w", encoding="utf-8") as out:
-        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=full_env, check=False).returncode
-    if code != 0:
-        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
-        raise SystemExit("\n".join(tail) + f"\ntrain_demo: `speculators {argv[0]}` exited with {code} (whole log: {log})")
-    print(f"  ok (log: {log})", flush=True)
+    logged(command, log, f"train_demo: `speculators {argv[0]}`", env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 def validation_epochs(metrics: Path) -> list[dict[str, float]]:

@@ -4,7 +4,6 @@ cut, and the acceptance-length formula."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import TINY_MODEL
+from ..support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_onpolicy.py"
@@ -20,11 +20,7 @@ SCRIPT = ROOT / "scripts" / "bench_onpolicy.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_onpolicy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_onpolicy")
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +120,7 @@ def test_the_benchmark_runs_end_to_end_small(tmp_path):
 
     python = trainer_python(SPECULATORS)
     out = tmp_path / "bench"
-    argv = [sys.executable, str(ROOT / "scripts" / "bench_onpolicy.py"), "--out", str(out), "--conversations", "16",
+    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--conversations", "16",
             "--validation", "4", "--max-new-tokens", "24", "--steps", "2", "--seeds", "0",
             "--total-seq-len", "512", "--speculators-python", str(python)]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)

@@ -3,12 +3,13 @@ on a tiny model engine."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ..support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_scheduling.py"
@@ -16,11 +17,7 @@ SCRIPT = ROOT / "scripts" / "bench_scheduling.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_scheduling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_scheduling")
 
 
 def test_workload_is_seeded_and_turns_are_1_to_6(bench):
