@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean speculators-venv specforge-venv train-demo specforge-train-demo
+.PHONY: setup demo test clean speculators-venv specforge-venv sglang-venv train-demo specforge-train-demo
 
 $(BIN)/eagle3-synth: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,37 @@ $(SF_DONE): scripts/specforge-requirements.txt
 
 specforge-venv: $(SF_DONE)
 
+# The real SGLang 0.5.23 on the CPU backend (Xeon with AMX, bf16), in a virtual environment of its own:
+# it pins torch==2.14.1 (PyPI's CUDA build, which runs on a CPU: the local +cpu torch cannot serve,
+# sglang imports torchvision and PyPI's is CUDA-linked) and transformers==5.19.0. sglang itself with
+# --no-deps, then its requirements less the CUDA-only ones (scripts/sglang-requirements.txt says
+# which and why), then this package (for --engine sglang, which runs SGLang in our process), then
+# SGLang's CPU kernels, built from SGLang's own source (scripts/sglang_cpu/build_kernels.py; cached
+# outside the checkout, so a machine builds them once: 5-8 min on 2 cores). Checked by a one-prompt
+# generate on the bundled tiny model. Needs libnuma's headers (apt-get install libnuma-dev).
+# About 7 GB; 3-4 min with a warm pip cache and a cached kernel build.
+SGL_VENV := .venv-sglang
+SGL_BIN := $(SGL_VENV)/bin
+SGL_LOG := $(SGL_VENV)/install.log
+SGL_DONE := $(SGL_VENV)/installed
+
+$(SGL_DONE): scripts/sglang-requirements.txt scripts/sglang_cpu/build_kernels.py scripts/sglang_cpu/attention_0_5_23.cpp pyproject.toml
+	rm -rf $(SGL_VENV)
+	$(PYTHON) -m venv $(SGL_VENV)
+	$(SGL_BIN)/pip install --quiet --upgrade pip >$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	$(SGL_BIN)/pip install --quiet --no-deps sglang==0.5.23 >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@# pip warns that sglang's CUDA-only requirements are unmet: that is the point.
+	$(SGL_BIN)/pip install --quiet -r scripts/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@# This package, with sglang's pins held (torch, transformers, tokenizers as sglang needs them).
+	$(SGL_BIN)/pip install --quiet -e . -c scripts/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	$(SGL_BIN)/python scripts/sglang_cpu/build_kernels.py >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
+	@grep '^sgl_kernel' $(SGL_LOG)
+	$(SGL_BIN)/python scripts/sglang_cpu/check_engine.py >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): $$($(SGL_BIN)/pip list --format=freeze | grep -iE '^(torch|sglang|sglang-router|transformers)=' | tr '\n' ' ')"
+	touch $@
+
+sglang-venv: $(SGL_DONE)
+
 # A tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop (scripts/train_demo.py).
 train-demo: setup speculators-venv
 	$(BIN)/python scripts/train_demo.py --speculators-python $(SPEC_BIN)/python
@@ -88,4 +119,4 @@ specforge-train-demo: setup specforge-venv
 	$(BIN)/python scripts/specforge_demo.py --specforge-python $(SF_BIN)/python
 
 clean:
-	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) demo_out train_demo_out specforge_demo_out
+	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) $(SGL_VENV) demo_out train_demo_out specforge_demo_out

@@ -1,8 +1,9 @@
-"""The trainers' own virtual environments, for tests that run the real trainers' code on our files.
+"""The third-party tools' own virtual environments, for tests that run the real trainers' and the
+real SGLang's code on our files.
 
-speculators 0.9.0 and SpecForge 0.2.0 pin other torch/transformers/datasets versions than this
-package, so each lives in a venv of its own (`make speculators-venv`, `make specforge-venv`) and
-tests reach it through a subprocess. Without the venv a test skips, naming why, except where the
+speculators 0.9.0, SpecForge 0.2.0 and SGLang 0.5.23 pin other torch/transformers/datasets versions
+than this package, so each lives in a venv of its own (`make speculators-venv`, `make
+specforge-venv`, `make sglang-venv`) and tests reach it through a subprocess. Without the venv a test skips, naming why, except where the
 trainer's `EAGLE3_SYNTH_REQUIRE_<NAME>=1` is set (CI): there a missing venv fails, so CI cannot
 silently stop checking what the trainer reads. `EAGLE3_SYNTH_<NAME>_PYTHON` points at another
 interpreter with the trainer installed.
@@ -32,6 +33,7 @@ class Trainer:
 
 SPECULATORS = Trainer("SPECULATORS", "speculators'", ROOT / ".venv-speculators", "speculators-venv")
 SPECFORGE = Trainer("SPECFORGE", "SpecForge's", ROOT / ".venv-specforge", "specforge-venv")
+SGLANG = Trainer("SGLANG", "SGLang's", ROOT / ".venv-sglang", "sglang-venv")
 
 
 def trainer_python(trainer: Trainer) -> Path:

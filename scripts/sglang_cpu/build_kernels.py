@@ -1,0 +1,204 @@
+"""Build SGLang's CPU kernels (`sgl_kernel.common_ops`) for sglang 0.5.23 and install them into a venv.
+
+Run with the SGLang venv's interpreter (`make sglang-venv` does): the kernels are compiled against
+the torch of the interpreter that runs this script.
+
+Why a build of our own (`../shared/SGLANG_CPU.md` has the measurements):
+- no registry has a CPU build of `sgl_kernel` (sglang-kernel 0.4.10 on PyPI is CUDA-only, and the
+  sglang wheel does not contain the kernels), so they are built from SGLang's own source:
+  `python/sglang/kernels/aot/` of the sglang repository, from the tarball given by
+  `--source` (default: `../shared/third_party/sglang-kernel-cpu-6127d1da.tar.gz`, checked by
+  sha256) or from a checkout named by `SGLANG_KERNEL_SRC` (the repository root or that folder);
+- the source's CMake (`csrc/cpu/CMakeLists.txt`, `find_package(Torch)`) refuses the CUDA build of
+  torch that sglang needs on a machine without CUDA, so the same sources are compiled with
+  `torch.utils.cpp_extension.CppExtension` and the same flags (CMakeLists.txt:101-124, 133-143:
+  x86-64-v4, AVX512-BF16/VNNI, AMX, OpenMP, `SGLANG_CPU_FP8_CVT_FTZ`, libnuma);
+- the tarball's source (upstream 6127d1da) is older than 0.5.23's Python: the two attention ops'
+  schemas differ (attention_0_5_23.cpp beside this file says how, and what it refuses).
+  `rename_attention_registrations` renames the source's own two registrations; nothing else of
+  the source is changed.
+
+The build (5-8 min on 2 cores) is cached outside the checkout, keyed by the source's sha256, the
+compatibility file's sha256, torch's version and Python's ABI:
+`$EAGLE3_SYNTH_CACHE` (default `~/.cache/eagle3-synth`)`/sgl-kernel-cpu/<key>/sgl_kernel/`. A
+machine builds it once; `install` copies the cached package into the venv's site-packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import sysconfig
+import tarfile
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+DEFAULT_TARBALL = REPO.parent / "shared" / "third_party" / "sglang-kernel-cpu-6127d1da.tar.gz"
+TARBALL_SHA256 = "49a83e99c1df21783fe4ed344f09604e81b4bd1b8259eb92cae2dbf1a871faf7"
+COMPAT = HERE / "attention_0_5_23.cpp"
+# The suffix the source's own registrations of the two ops get (the source's upstream commit).
+OLD_SUFFIX = "_6127d1da"
+RENAMED_OPS = ("decode_attention_cpu", "extend_attention_cpu")
+# csrc/cpu/CMakeLists.txt:101-124 (x86_64) and :133-143: the compile options and definitions.
+CXX_FLAGS = ["-O3", "-g0", "-Wno-unknown-pragmas", "-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni",
+             "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-fopenmp", "-DSGLANG_CPU_FP8_CVT_FTZ"]
+LINK_FLAGS = ["-fopenmp", "-lnuma"]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_tree(root: Path) -> str:
+    """A checkout's content hash: every file's relative path and bytes, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def find_source(tarball: Path, unpack_to: Path) -> tuple[Path, str]:
+    """The kernel source folder (the one holding csrc/cpu and python/sgl_kernel) and its sha256."""
+    checkout = os.environ.get("SGLANG_KERNEL_SRC")
+    if checkout:
+        root = Path(checkout)
+        for candidate in (root, root / "python" / "sglang" / "kernels" / "aot", root / "sgl-kernel"):
+            if (candidate / "csrc" / "cpu" / "torch_extension_cpu.cpp").is_file():
+                return candidate, sha256_tree(candidate)
+        sys.exit(f"SGLANG_KERNEL_SRC={checkout}: no csrc/cpu/torch_extension_cpu.cpp there, nor under "
+                 "python/sglang/kernels/aot/ (an SGLang checkout's kernel source)")
+    if not tarball.is_file():
+        sys.exit(f"--source {tarball}: no such file (the SGLang CPU kernel source tarball; or set "
+                 "SGLANG_KERNEL_SRC to a checkout of the sglang repository)")
+    digest = sha256_file(tarball)
+    if tarball == DEFAULT_TARBALL and digest != TARBALL_SHA256:
+        sys.exit(f"{tarball}: sha256 {digest}, expected {TARBALL_SHA256}: not the source this build was checked on")
+    with tarfile.open(tarball) as archive:
+        archive.extractall(unpack_to, filter="data")
+    tops = [p for p in unpack_to.iterdir() if p.is_dir()]
+    if len(tops) != 1 or not (tops[0] / "csrc" / "cpu").is_dir():
+        sys.exit(f"{tarball}: expected one folder holding csrc/cpu, found {[p.name for p in tops]}")
+    return tops[0], digest
+
+
+def rename_attention_registrations(source: str) -> str:
+    """The source's `m.def("<op>(...` and `m.impl("<op>", ...` of the two attention ops under
+    <op>_6127d1da, so that attention_0_5_23.cpp can register 0.5.23's schemas under the names
+    0.5.23 calls. Each must be found exactly once: another source layout fails here, not at run time."""
+    for op in RENAMED_OPS:
+        for old, new in ((f'"{op}(', f'"{op}{OLD_SUFFIX}('), (f'm.impl("{op}",', f'm.impl("{op}{OLD_SUFFIX}",')):
+            if source.count(old) != 1:
+                sys.exit(f"torch_extension_cpu.cpp: expected {old!r} once, found it {source.count(old)} times; "
+                         "this source's registrations differ from the one attention_0_5_23.cpp was written for")
+            source = source.replace(old, new)
+    return source
+
+
+def cache_key(source_sha: str) -> str:
+    import torch
+
+    parts = f"{source_sha}:{sha256_file(COMPAT)}:{torch.__version__}:{sysconfig.get_config_var('SOABI')}"
+    return f"{source_sha[:12]}-torch{torch.__version__.split('+')[0]}-{hashlib.sha256(parts.encode()).hexdigest()[:12]}"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EAGLE3_SYNTH_CACHE") or Path.home() / ".cache" / "eagle3-synth") / "sgl-kernel-cpu"
+
+
+def compile_package(source: Path, work: Path) -> Path:
+    """Compile common_ops next to a copy of python/sgl_kernel; returns that package folder."""
+    from setuptools import Distribution
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    cpu = source / "csrc" / "cpu"
+    if not Path("/usr/include/numa.h").is_file():
+        sys.exit("libnuma's headers are missing (the kernels link libnuma): apt-get install libnuma-dev")
+    patched = work / "torch_extension_cpu.cpp"
+    patched.write_text(rename_attention_registrations((cpu / "torch_extension_cpu.cpp").read_text()))
+    # CMakeLists.txt:27-52: every .cpp under csrc/cpu, the arch folders excluded, x86_64's added back.
+    sources = [p for p in sorted(cpu.rglob("*.cpp"))
+               if p.relative_to(cpu).parts[0] not in ("aarch64", "ppc64") and p.name != "torch_extension_cpu.cpp"]
+    sources += [patched, COMPAT]
+    extension = CppExtension(
+        name="sgl_kernel.common_ops",
+        sources=[str(p) for p in sources],
+        include_dirs=[str(source / "csrc"), str(source / "include"), str(cpu)],
+        extra_compile_args=CXX_FLAGS,
+        extra_link_args=LINK_FLAGS,
+    )
+    package = work / "build" / "sgl_kernel"
+    shutil.copytree(source / "python" / "sgl_kernel", package)
+    dist = Distribution({"name": "sgl_kernel", "ext_modules": [extension],
+                         "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=True)}})
+    command = dist.get_command_obj("build_ext")
+    command.build_lib = str(work / "build")
+    command.build_temp = str(work / "objects")
+    command.parallel = int(os.environ.get("MAX_JOBS", os.cpu_count() or 1))
+    dist.run_command("build_ext")
+    built = list(package.glob("common_ops*.so"))
+    if len(built) != 1:
+        sys.exit(f"the build left {len(built)} common_ops libraries in {package}")
+    return package
+
+
+def build(tarball: Path) -> Path:
+    """The cached package folder for this source and torch, built first if missing.
+
+    The build's objects are kept in `<key>.build/` beside the cache entry until the build succeeds,
+    so a build that stopped half-way (an error, a killed job) compiles only what it had not."""
+    with tempfile.TemporaryDirectory(prefix="sgl-kernel-") as tmp:
+        source, source_sha = find_source(tarball, Path(tmp) / "src")
+        target = cache_root() / cache_key(source_sha)
+        if (target / "sgl_kernel").is_dir():
+            print(f"sgl_kernel (CPU): cached build {target}")
+            return target / "sgl_kernel"
+        print(f"sgl_kernel (CPU): building from {source} (5-8 min on 2 cores) into {target}", flush=True)
+        work = target.with_name(target.name + ".build")
+        # The same path every time: ninja's record of what it compiled names the sources by path.
+        shutil.copytree(source, work / "src", dirs_exist_ok=True)  # copy2: the sources' times kept
+        shutil.rmtree(work / "build", ignore_errors=True)
+        package = compile_package(work / "src", work)
+        staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=cache_root()))
+        shutil.copytree(package, staging / "sgl_kernel")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            staging.rename(target)  # atomic: another build that finished first wins
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+        return target / "sgl_kernel"
+
+
+def install(package: Path) -> Path:
+    """Copy the built package into this interpreter's site-packages (replacing an older copy)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    destination = site / "sgl_kernel"
+    if destination.exists():
+        shutil.rmtree(destination)
+    shutil.copytree(package, destination)
+    return destination
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", type=Path, default=DEFAULT_TARBALL, help="the kernel source tarball")
+    parser.add_argument("--no-install", action="store_true", help="build (or find) the cached package only")
+    args = parser.parse_args()
+    cache_root().mkdir(parents=True, exist_ok=True)
+    package = build(args.source)
+    if not args.no_install:
+        print(f"sgl_kernel (CPU): installed {install(package)}")
+
+
+if __name__ == "__main__":
+    main()
