@@ -29,6 +29,12 @@ class TransientEngineError(EngineError):
     """A failure worth retrying (connection dropped, timeout, 5xx)."""
 
 
+class EngineDied(EngineError):
+    """The engine itself died mid-run (SGLang's scheduler crashed, its process was killed): every
+    result handed on is journaled, and the same command resumes once the engine runs again. The
+    commands exit with the resumable status (75) on it, not with a failure."""
+
+
 class RunIncomplete(Eagle3SynthError):
     """Generation stopped with samples left (--max-hours, SIGTERM, Ctrl-C): everything so far is
     journaled and the same call resumes. `summary` is the run's `RunSummary`."""

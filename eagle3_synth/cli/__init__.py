@@ -19,7 +19,7 @@ from importlib import import_module
 
 from eagle3_synth import __version__
 from eagle3_synth.cli.progress_bars import third_party_bars_off_unless_terminal
-from eagle3_synth.errors import Eagle3SynthError
+from eagle3_synth.errors import Eagle3SynthError, EngineDied
 
 # Subcommand name -> module under eagle3_synth.cli (imported only when used).
 COMMANDS = {
@@ -42,6 +42,9 @@ COMMANDS = {
 
 EXIT_PROBLEMS = 1  # problems found (or an unexpected error)
 EXIT_USER_ERROR = 2  # one line names the option, file or path at fault; argparse's own status too
+# A generating command that stopped early with work left (--max-hours, SIGTERM, an engine that died):
+# the run is resumable; schedulers can requeue on it (75 is EX_TEMPFAIL, "try again later").
+EXIT_RESUMABLE = 75
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` when the reader left early
 GLOBAL_FLAGS = ("-v", "--verbose", "--debug")
@@ -133,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except EngineDied as exc:
+        # Not the user's error and not a bug of ours: the engine's; rerunning resumes (75, like --max-hours).
+        if args.debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_RESUMABLE
     except BrokenPipeError:
         # `eagle3-synth doctor ... | head`: the reader has what it wanted. Quiet, like any Unix tool;
         # stdout is pointed at /dev/null so the interpreter's final flush cannot raise again

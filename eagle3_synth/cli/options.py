@@ -10,8 +10,10 @@ import argparse
 import json
 from typing import Any
 
+from eagle3_synth.cli import EXIT_RESUMABLE
 from eagle3_synth.contract.profiles import PROFILES
 from eagle3_synth.engines import ENGINES
+from eagle3_synth.engines.dtypes import DTYPES
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.templating import check_template_date
@@ -131,6 +133,9 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                         help="transformers engine: prompts per generate call "
                         f"(default {GenerationSettings.batch_size})")
     engine.add_argument("--device", help="transformers engine: torch device (default cpu)")
+    engine.add_argument("--dtype", choices=DTYPES, help="the dtype the model runs in (default: the checkpoint's own, "
+                        "from its config.json; never SGLang's auto, which runs a float32 checkpoint in float16). "
+                        "SGLang on a CPU runs bfloat16 only; sglang-http: the server must run this dtype")
     engine.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="engine-specific argument, e.g. tp_size=8 for sglang (repeatable)")
     engine.add_argument("--url", action="append", default=[], help="sglang-http: server or router URL (repeatable)")
@@ -201,9 +206,6 @@ def check_numbers(args: argparse.Namespace) -> None:
     check_top_k(args.top_k)
 
 
-# Exit status of a generating command that stopped early with work left (--max-hours, SIGTERM):
-# the run is resumable; schedulers can requeue on it (75 is EX_TEMPFAIL, "try again later").
-EXIT_RESUMABLE = 75
 
 
 # Exit status of a run that finished but holds failed samples (their errors are journaled; the
@@ -271,6 +273,7 @@ def generation_settings(args: argparse.Namespace, run_dir: str | None) -> Genera
         replay=args.replay,
         batch_size=args.batch_size,
         device=args.device,
+        dtype=args.dtype,
         engine_args=dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg),
         urls=tuple(args.url),
         max_in_flight=args.max_in_flight,

@@ -88,6 +88,9 @@ class EngineOptions:
     tokenizer: str | None = None
     trust_remote_code: bool = False
     device: str | None = None
+    # The dtype the model runs in (engines/dtypes.py: --dtype or the checkpoint's; never `auto`);
+    # None only without a model (replay) or an adapter tested on its own.
+    dtype: str | None = None
     batch_size: int = 8
     replay_file: str | None = None
     urls: tuple[str, ...] = ()

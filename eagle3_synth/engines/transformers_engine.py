@@ -174,9 +174,12 @@ def create(options: EngineOptions) -> TransformersEngine:
         raise ConfigError("--engine transformers needs --model PATH (a local model folder)")
     if options.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {options.batch_size}")
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)
+    # The run's dtype (engines/dtypes.py); "auto" (the checkpoint's own) only for an adapter used on its own.
+    dtype = getattr(torch, options.dtype) if options.dtype else "auto"
+    model = AutoModelForCausalLM.from_pretrained(options.model, trust_remote_code=options.trust_remote_code, dtype=dtype)
     model.to(options.device or "cpu")
     model.eval()
     config = AutoConfig.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)

@@ -22,6 +22,7 @@ from typing import Any
 
 from eagle3_synth.engines import ENGINES, EngineOptions
 from eagle3_synth.engines.base import check_sampling
+from eagle3_synth.engines.dtypes import checkpoint_dtype, resolve_dtype
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config, load_config_file, sample_prompts_path
 from eagle3_synth.prompts.prepare import model_context_length
@@ -117,8 +118,11 @@ class GenerationSettings:
     # transformers engine: prompts per generate call, and the torch device (default cpu).
     batch_size: int = EngineOptions.batch_size
     device: str | None = EngineOptions.device
+    # The dtype the model runs in (bfloat16, float16, float32); None = the checkpoint's own
+    # (engines/dtypes.py: never an engine's `auto`). A cast is fingerprinted.
+    dtype: str | None = None
     # Engine-specific arguments, e.g. {"tp_size": 8} for sglang; those that change what the model
-    # computes (run/spec.py OUTPUT_ENGINE_ARGS: dtype, quantization, kv_cache_dtype ...) are fingerprinted.
+    # computes (run/spec.py OUTPUT_ENGINE_ARGS: quantization, kv_cache_dtype ...) are fingerprinted.
     engine_args: Mapping[str, Any] = field(default_factory=dict)
     # sglang-http: server or router URLs.
     urls: tuple[str, ...] = EngineOptions.urls
@@ -190,6 +194,10 @@ class GenerationSettings:
         """The settings as keyword arguments (of this class, or of the builder config inheriting it)."""
         return {f.name: getattr(self, f.name) for f in fields(GenerationSettings)}
 
+    def model_dtype(self) -> str | None:
+        """The dtype the engine runs the model in (None: no model runs, the replay engine)."""
+        return resolve_dtype(self.model if self.engine != "replay" else None, self.dtype, self.engine_args)
+
     def run_spec(self, config_name: str) -> RunSpec:
         """The spec of what these settings ask for (everything that determines the output)."""
         if self.config_file:
@@ -228,6 +236,7 @@ class GenerationSettings:
                 template_date=self.template_date,
                 context_length=self.max_context or model_context_length(self.model, self.tokenizer),
                 engine_args=output_engine_args(self.engine_args),
+                dtype=self._cast_dtype(),
             ),
             sampling=SamplingSpec(
                 max_new_tokens=config.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
@@ -238,6 +247,11 @@ class GenerationSettings:
                                            sampling_mix=self.sampling_mix),
             validation=config.validation if self.validation is None else self.validation,
         )
+
+    def _cast_dtype(self) -> str | None:
+        """The model's dtype where it is not the checkpoint's own (what ModelSpec.dtype records)."""
+        dtype = self.model_dtype()
+        return dtype if self.dtype is not None and dtype != checkpoint_dtype(self.model) else None
 
     def run_options(self, run_dir: str | None = None) -> RunOptions:
         """How this process runs the spec (plumbing, never fingerprinted); `run_dir` over the field."""
@@ -252,6 +266,7 @@ class GenerationSettings:
             engine_options=EngineOptions(
                 model=self.model,
                 device=self.device,
+                dtype=self.model_dtype(),
                 batch_size=self.batch_size,
                 urls=self.urls,
                 max_in_flight=self.max_in_flight,

@@ -62,12 +62,12 @@ def optional_file_identity(path: str | None) -> str | None:
 
 
 # `--engine-arg`s (SGLang `ServerArgs` names) that change what the model computes -- its weights'
-# numeric format, the KV cache's, the weights loaded -- so a run mixing them would mix two models'
+# quantization, the KV cache's, the weights loaded -- so a run mixing them would mix two models'
 # outputs. The others (tp_size, dp_size, mem_fraction_static, attention backends, scheduling,
 # speculative decoding, which keeps the target's distribution) change at most float rounding and
 # which sample is drawn, like the engine, the device and the batch size: never fingerprinted, so a
 # run can be resumed on other hardware.
-OUTPUT_ENGINE_ARGS = ("dtype", "quantization", "quantization_param_path", "kv_cache_dtype", "load_format",
+OUTPUT_ENGINE_ARGS = ("quantization", "quantization_param_path", "kv_cache_dtype", "load_format",
                       "revision", "json_model_override_args")
 
 
@@ -131,6 +131,11 @@ class ModelSpec:
     # The `--engine-arg`s that change what the model computes (`OUTPUT_ENGINE_ARGS`: dtype,
     # quantization, kv_cache_dtype ...); the others are plumbing.
     engine_args: Mapping[str, Any] = field(default_factory=dict, metadata=identity(output_engine_args))
+    # The dtype the model runs in where it is not the checkpoint's own (`--dtype bfloat16` on a
+    # float32 checkpoint); None: the checkpoint's (engines/dtypes.py). A cast changes the ids, so it
+    # is fingerprinted; the checkpoint's own enters no field, so a run started before `--dtype`
+    # existed (every engine then ran a bf16/fp16 checkpoint in its own dtype) resumes unchanged.
+    dtype: str | None = field(default=None, metadata={"omit_none": True})
 
 
 @dataclass(frozen=True)

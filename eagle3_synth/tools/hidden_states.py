@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from eagle3_synth.engines.dtypes import DTYPES
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.shards import Shard
 from eagle3_synth.tools.export import OVERLONG, ExportOptions, ids_record, too_few_loss_tokens
@@ -40,7 +41,6 @@ from eagle3_synth.tools.hidden_layers import LayerCapture, model_parts, num_deco
 from eagle3_synth.tools.hidden_layouts import LAYOUTS, Item, check_manifest
 
 log = logging.getLogger(__name__)
-DTYPES = ("bfloat16", "float16", "float32")
 NO_LOSS = "have no token under the loss mask"
 
 

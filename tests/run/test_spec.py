@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.run.fingerprint import fingerprint
@@ -89,6 +90,7 @@ def variants(files) -> dict[str, tuple[str, object]]:
         "model.template_date": ("file", "2026-01-02"),
         "model.context_length": ("file", 20_000),
         "model.engine_args": ("file", {"kv_cache_dtype": "fp8_e4m3"}),
+        "model.dtype": ("file", "bfloat16"),
         "sampling.max_new_tokens": ("file", 64),
         "sampling.temperature": ("file", 0.0),
         "sampling.top_p": ("file", 0.9),
@@ -153,8 +155,35 @@ def test_engine_args_that_change_what_the_model_computes_are_fingerprinted_and_t
     base = fingerprint_of(engine="sglang")
     assert fingerprint_of(engine="sglang", engine_args={"tp_size": 8, "mem_fraction_static": 0.8}) == base
     assert fingerprint_of(batch_size=1, device="cpu") == base
-    for name, value in (("kv_cache_dtype", "fp8_e4m3"), ("quantization", "fp8"), ("dtype", "float16")):
+    for name, value in (("kv_cache_dtype", "fp8_e4m3"), ("quantization", "fp8")):
         assert fingerprint_of(engine="sglang", engine_args={name: value, "tp_size": 8}) != base, name
+
+
+def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
+    """`--dtype` names the dtype every engine runs the model in. The checkpoint's own dtype (the
+    default) enters no field, so a run started before `--dtype` existed resumes; a cast does,
+    and each cast is another run. `--engine-arg dtype` is refused for `--dtype`, and `auto` is
+    no dtype at all (SGLang's auto runs a float32 checkpoint in float16)."""
+    from eagle3_synth.engines.dtypes import checkpoint_dtype
+    from eagle3_synth.run.settings import GenerationSettings
+
+    def spec_of(**settings):
+        return GenerationSettings(model=files["model"], prompts=files["prompts"], **settings).run_spec("B1_glaive")
+
+    own = checkpoint_dtype(files["model"])
+    assert own == "float32"  # the tiny fixture model's config.json
+    base = spec_of(engine="sglang")
+    assert spec_of(engine="sglang", dtype=own) == base and "dtype" not in spec_fields(base)["model"]
+    casts = {dtype: fingerprint(spec_fields(spec_of(engine="sglang", dtype=dtype))) for dtype in ("bfloat16", "float16")}
+    assert len(set(casts.values()) | {fingerprint(spec_fields(base))}) == 3
+    assert spec_fields(spec_of(engine="sglang", dtype="bfloat16"))["model"]["dtype"] == "bfloat16"
+    options = GenerationSettings(model=files["model"], prompts=files["prompts"], engine="sglang").run_options("RUN")
+    assert options.engine_options.dtype == "float32"  # passed explicitly, never left to the engine
+    with pytest.raises(ConfigError, match=r"--engine-arg dtype=float16: give --dtype instead"):
+        spec_of(engine="sglang", engine_args={"dtype": "float16"})
+    with pytest.raises(ConfigError, match=r"--dtype must be one of bfloat16, float16, float32, got 'auto' "
+                                          r"\(SGLang's auto would turn a float32 checkpoint into float16"):
+        spec_of(engine="sglang", dtype="auto")
 
 
 def test_a_field_a_run_did_not_record_is_named_with_what_to_do():
