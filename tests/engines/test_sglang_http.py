@@ -18,7 +18,7 @@ from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
 from eagle3_synth.engines.sglang.urls import normalize_urls
-from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
+from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
 from eagle3_synth.contract.row import FEATURES
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
@@ -257,7 +257,7 @@ def test_a_server_that_goes_away_stops_the_run(serve):
     engine.check_servers()
     thread.__exit__(None, None, None)
     try:
-        with pytest.raises(EngineError, match="no SGLang server could be reached .* rerun the same command"):
+        with pytest.raises(EngineDied, match="no SGLang server could be reached .* rerun the same command"):
             list(engine.generate(random_requests(5), PARAMS))
     finally:
         engine.close()

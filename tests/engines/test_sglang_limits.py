@@ -123,10 +123,25 @@ def test_a_wrong_key_stops_the_run_naming_status_and_url(serve):
     url = serve(server).url
     engine = http_engine(url)
     try:
-        with pytest.raises(ConfigError, match=rf"{url}/health answered HTTP 401 \(Unauthorized\)"):
+        with pytest.raises(ConfigError, match=rf"{url}/health answered HTTP 401 \(Unauthorized\): check --url .* "
+                                              r"and the server's API key \(\$EAGLE3_SYNTH_SGLANG_API_KEY\)"):
             engine.check_servers()
         with pytest.raises(EngineError, match=rf"{url}/generate answered HTTP 401"):
             list(engine.generate(random_requests(20), PARAMS))
+    finally:
+        engine.close()
+
+
+def test_the_api_key_is_sent_from_its_variable(serve, monkeypatch):
+    """$EAGLE3_SYNTH_SGLANG_API_KEY becomes every request's `Authorization: Bearer KEY`."""
+    from eagle3_synth.engines import EngineOptions, create_engine
+
+    server = SGLangLoopbackServer(DeterministicBackend(), api_key="secret")
+    url = serve(server).url
+    monkeypatch.setenv("EAGLE3_SYNTH_SGLANG_API_KEY", "secret")
+    engine = create_engine("sglang-http", EngineOptions(urls=(url,), max_in_flight=4))
+    try:
+        assert all(r.error is None for r in engine.generate(random_requests(5), PARAMS))
     finally:
         engine.close()
 

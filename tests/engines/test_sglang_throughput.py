@@ -68,19 +68,35 @@ def test_priority_turns_left_reaches_the_engine_and_needs_priority_scheduling(la
     assert {c["priority"] for c in engine.engine.calls} == {5, None}
 
 
-def test_http_priority_refuses_a_server_without_priority_scheduling(serve):  # noqa: F811
-    plain = serve(SGLangLoopbackServer(DeterministicBackend()))
-    engine = SGLangHTTPEngine((plain.url,), priority=True)
+def test_http_priority_says_what_each_server_does_with_it(serve, caplog):  # noqa: F811
+    """sglang 0.5.23 scheduler.py:3520-3543: without priority scheduling a request's priority is
+    ignored (a warning says --priority changes nothing there), unless the server aborts such
+    requests (refused before any is sent); a server that runs low values first gets them negated."""
+    plain = SGLangLoopbackServer(DeterministicBackend())
+    engine = SGLangHTTPEngine((serve(plain).url,), priority=True, max_in_flight=4)
     try:
-        with pytest.raises(ConfigError, match="--priority needs a server started with --enable-priority-scheduling"):
+        with caplog.at_level("WARNING"):
+            engine.check_servers()
+        assert "runs without --enable-priority-scheduling: it serves each request and ignores its priority" in caplog.text
+        results = list(engine.generate([GenerationRequest(0, [11, 12], priority=2)], PARAMS))
+        assert results[0].error is None and plain.priorities == [2]
+    finally:
+        engine.close()
+    aborting = serve(SGLangLoopbackServer(DeterministicBackend(), server_args={"abort_on_priority_when_disabled": True}))
+    engine = SGLangHTTPEngine((aborting.url,), priority=True)
+    try:
+        with pytest.raises(ConfigError, match="runs with --abort-on-priority-when-disabled and without "
+                                              "--enable-priority-scheduling, so it aborts every request that has a priority"):
             engine.check_servers()
     finally:
         engine.close()
-    server = SGLangLoopbackServer(DeterministicBackend(), server_args={"enable_priority_scheduling": True})
-    engine = SGLangHTTPEngine((serve(server).url,), priority=True, max_in_flight=4)
-    try:
-        engine.check_servers()
-        results = list(engine.generate([GenerationRequest(0, [11, 12], priority=2)], PARAMS))
-        assert results[0].error is None and server.priorities == [2]
-    finally:
-        engine.close()
+    for server_args, sent in (({"enable_priority_scheduling": True}, [2]),
+                              ({"enable_priority_scheduling": True, "schedule_low_priority_values_first": True}, [-2])):
+        server = SGLangLoopbackServer(DeterministicBackend(), server_args=server_args)
+        engine = SGLangHTTPEngine((serve(server).url,), priority=True, max_in_flight=4)
+        try:
+            engine.check_servers()
+            results = list(engine.generate([GenerationRequest(0, [11, 12], priority=2)], PARAMS))
+            assert results[0].error is None and server.priorities == sent
+        finally:
+            engine.close()

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
@@ -183,6 +184,7 @@ class Engine:
         kwargs.setdefault("log_level", "error")
         self.server_args = kwargs
         self.tokenizer_manager = FakeTokenizerManager(self)
+        self.tokenizer_manager.model_config = types.SimpleNamespace(context_len=self.context_len)
         atexit.register(self.shutdown)
         self._workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -207,8 +209,10 @@ class Engine:
             # One state per DP scheduler, each with its own running-request capacity (internal_state.py:73).
             return [{"effective_max_running_requests_per_dp": self.capacity} for _ in range(self.ranks)]
 
-        # context_length resolved from the model; max_req_input_len = min(ctx-1, kv-1) - 5 (tp_worker.py:568-572)
-        return {"context_length": self.context_len, "dp_size": 1, "attn_dp_size": 1, **self.server_args,
+        # context_length is the server argument (None unless given; the model's is
+        # tokenizer_manager.model_config.context_len, seen on the real 0.5.23);
+        # max_req_input_len = min(ctx-1, kv-1) - 5 (tp_worker.py:568-572)
+        return {"context_length": None, "dp_size": 1, "attn_dp_size": 1, **self.server_args,
                 "version": "0.5.23",
                 "max_req_input_len": self.context_len - 1 - 5,
                 "internal_states": self.loop.run_until_complete(get_internal_state())}
@@ -269,8 +273,10 @@ class Engine:
         if rid in self._live_rids:
             raise ValueError(f"Duplicate request ID detected: {rid}")
         self._live_rids.add(rid)
-        if priority is not None and not self.server_args.get("enable_priority_scheduling"):
-            # srt/managers/scheduler.py:3522-3543: aborted with 503 when the engine has no priority scheduling
+        if (priority is not None and not self.server_args.get("enable_priority_scheduling")
+                and self.server_args.get("abort_on_priority_when_disabled")):
+            # srt/managers/scheduler.py:3520-3543: without priority scheduling a priority is ignored,
+            # unless abort_on_priority_when_disabled, which aborts the request with 503
             raise HTTPException(503, "Using priority is disabled for this server. Please send a new request without "
                                      "a priority.")
         self.calls.append({"input_ids": list(input_ids), "sampling_params": sampling, "rid": rid, "stream": stream,

@@ -25,7 +25,8 @@ def finished(rid: str, prompt_len: int, output_ids: list[int], finish_reason: di
         "completion_tokens": len(output_ids),
         "cached_tokens": cached_tokens,
         "weight_versions": [{"version": "default", "start": 0, "end": len(output_ids)}],
-        "cached_tokens_details": None,
+        # Seen on the real 0.5.23: the cache tier of the cached tokens when there are any, else None.
+        "cached_tokens_details": {"device": cached_tokens, "host": 0} if cached_tokens else None,
         "dp_rank": None,
         "e2e_latency": 0.01,
         "response_sent_to_client_ts": time.time(),
@@ -99,27 +100,29 @@ def error_5xx(status: int, message: str) -> dict[str, Any]:
     return {"object": "error", "message": message, "type": str(status), "param": None, "code": status}
 
 
+# The real 0.5.23's list, in its order (its 400 for an unknown key lists them, seen on the CPU server).
 SAMPLING_KEYS = (
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "beam_width",
-    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
-    "custom_params", "watermark",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
 )
 
 
-def sampling_error(sampling: dict[str, Any]) -> str | None:
-    """What SGLang rejects in `sampling_params` (400), or None: unknown keys, out-of-range values."""
+def sampling_error(sampling: dict[str, Any]) -> dict[str, Any] | None:
+    """The 400 body SGLang answers for bad `sampling_params`, or None. An unknown key fails the
+    request schema: a plain string listing the keys; an out-of-range value is a ValueError:
+    `{"error": {"message": ...}}` (both seen on the real 0.5.23 server)."""
     for key in sampling:
         if key not in SAMPLING_KEYS:
-            return f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}"
+            return {"error": f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}"}
     top_p = sampling.get("top_p", 1.0)
     if not 0.0 < top_p <= 1.0:
-        return f"top_p must be in (0, 1], got {top_p}."
+        return error_400(f"top_p must be in (0, 1], got {top_p}.")
     temperature = sampling.get("temperature", 1.0)
     if temperature < 0:
-        return f"temperature must be a non-negative finite number, got {temperature}."
+        return error_400(f"temperature must be a non-negative finite number, got {temperature}.")
     top_k = sampling.get("top_k", -1)
     if top_k < 1 and top_k != -1:
-        return f"top_k must be -1 (disable) or at least 1, got {top_k}."
+        return error_400(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
     return None

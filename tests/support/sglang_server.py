@@ -362,6 +362,7 @@ class SGLangLoopbackServer:
         app.router.add_get("/get_model_info", self.handle_model_info)
         app.router.add_get("/model_info", self.handle_model_info)
         app.router.add_get("/server_info", self.handle_server_info)
+        app.router.add_get("/v1/models", self.handle_models)
         app.router.add_get("/get_server_info", self.handle_server_info)
         if self.serve_loads:
             app.router.add_get("/v1/loads", self.handle_loads)
@@ -400,13 +401,22 @@ class SGLangLoopbackServer:
         """The real field names: resolved server args (srt/utils/common.py:3584-3593) plus the
         scheduler's init info (`max_total_num_tokens`, `max_req_input_len`, scheduler.py:1937-1947),
         `internal_states`, `version` (http_server.py:863-887)."""
-        info = {"model_path": self.model_path, "tokenizer_path": self.model_path, "context_length": self.context_length,
+        # `context_length` is the server argument (None unless the server was started with one), not the
+        # model's: the model's is /v1/models' max_model_len (seen on the real 0.5.23, SGLANG_CPU.md).
+        info = {"model_path": self.model_path, "tokenizer_path": self.model_path, "context_length": None,
                 "tp_size": 1, "dp_size": 1, "speculative_algorithm": None, **self.server_args,
                 "status": "ready", "max_total_num_tokens": self.kv_capacity or 1 << 20,
                 "max_req_input_len": self.max_req_input_len, "internal_states": [
                     {"effective_max_running_requests_per_dp": self.capacity_per_rank} for _ in range(self.ranks)],
                 "version": "0.5.23", "frontend": "python"}
         return web.json_response(info)
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        """srt/entrypoints/http_server.py:1993-2022: one ModelCard (openai/protocol.py:87-103) whose
+        `max_model_len` is the model's context (`model_config.context_len`)."""
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model_path, "object": "model", "created": 0, "owned_by": "sglang", "root": self.model_path,
+             "parent": None, "max_model_len": self.context_length}]})
 
     @property
     def ranks(self) -> int:
@@ -482,14 +492,16 @@ class SGLangLoopbackServer:
         sampling = {"max_new_tokens": 128, "temperature": 1.0, **(body.get("sampling_params") or {})}
         problem = R.sampling_error(sampling)
         if problem is not None:
-            return self._respond(400, {"error": problem})
+            return self._respond(400, problem)
         input_ids = body.get("input_ids")
         rid = str(body.get("rid") or f"loopback-{len(self.rids)}")
         self.rids.append(rid)
         self.priorities.append(body.get("priority"))
         self.sent.append({"input_ids": input_ids, "sampling_params": dict(body.get("sampling_params") or {})})
-        if body.get("priority") is not None and not self.server_args.get("enable_priority_scheduling"):
-            # srt/managers/scheduler.py:3522-3543: aborted with 503 without priority scheduling
+        if (body.get("priority") is not None and not self.server_args.get("enable_priority_scheduling")
+                and self.server_args.get("abort_on_priority_when_disabled")):
+            # srt/managers/scheduler.py:3520-3543: without priority scheduling a priority is ignored,
+            # unless abort_on_priority_when_disabled, which aborts the request with 503
             return self._respond(503, {"error": {"message": "Using priority is disabled for this server. Please "
                                                             "send a new request without a priority."}})
         if isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list):  # a batch

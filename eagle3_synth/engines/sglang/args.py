@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ RESERVED = {
     "model_path": "--model",
     "skip_tokenizer_init": "nothing (it is always true: prompts go in as token ids, output ids come back untouched)",
     "trust_remote_code": "--trust-remote-code",
+    "dtype": "--dtype",
     # Refused outright: SGLang would cut prompts and outputs silently. With it, the tokenizer
     # manager truncates the caller's own input_ids list in place (`del input_ids[_max_req_len:]`)
     # and lowers `sampling_params["max_new_tokens"]` in the caller's dict (sglang 0.5.23
@@ -160,14 +162,37 @@ def engine_kwargs(options: EngineOptions, fields: Iterable[FieldSpec]) -> dict[s
         "skip_tokenizer_init": True,
         "trust_remote_code": options.trust_remote_code,
     }
+    if options.dtype is not None:
+        kwargs["dtype"] = options.dtype  # never SGLang's "auto" (engines/dtypes.py)
+    if is_cpu_engine(kwargs):
+        check_cpu_dtype(kwargs.get("dtype"))
     if options.priority:
-        # A priority sent to an engine without it is aborted with 503 "Using priority is disabled
-        # for this server" (sglang 0.5.23 srt/managers/scheduler.py:3522-3543).
+        # Without it SGLang ignores a request's priority (or, with abort_on_priority_when_disabled,
+        # aborts the request with 503: sglang 0.5.23 srt/managers/scheduler.py:3520-3543).
         if kwargs.get("enable_priority_scheduling") is False:
             raise ConfigError("--priority needs enable_priority_scheduling; drop --engine-arg "
                               "enable_priority_scheduling=false or --priority")
         kwargs["enable_priority_scheduling"] = True
     return kwargs
+
+
+# SGLang's CPU backend (docs/docs/hardware-platforms/cpu_server.mdx): `device="cpu"` is the CPU
+# platform only under this variable (sglang 0.5.23 srt/utils/common.py `is_cpu`); the spawned
+# scheduler inherits it from this process.
+CPU_ENGINE_VARIABLE = "SGLANG_USE_CPU_ENGINE"
+
+
+def is_cpu_engine(kwargs: Mapping[str, Any]) -> bool:
+    return kwargs.get("device") == "cpu" or os.environ.get(CPU_ENGINE_VARIABLE) == "1"
+
+
+def check_cpu_dtype(dtype: str | None) -> None:
+    """SGLang's CPU kernels compute bfloat16 only: a float32 model starts, then its first forward
+    fails ("rmsnorm_kernel" not implemented for 'Float', srt/layers/layernorm.py) and SGLang kills
+    the process that holds the engine; float16 gives wrong ids. Refused before the engine starts."""
+    if dtype != "bfloat16":
+        raise ConfigError(f"--engine sglang on a CPU runs bfloat16 only (SGLang's CPU kernels have no {dtype} path: "
+                          "float32 fails at the first forward, float16 gives wrong ids); give --dtype bfloat16")
 
 
 def is_vision_language(model_path: str) -> bool:

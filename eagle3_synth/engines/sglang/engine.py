@@ -10,6 +10,9 @@
   (result_checks.py).
 - `close()` shuts the engine down without SGLang's kill of every child of this process, and the
   caller's SIGTERM handler stays in charge (processes.py).
+- An engine that dies (a scheduler exception, a killed child) ends the run with `EngineDied`
+  (exit 75, resumable) naming the process and the engine's last log lines, instead of SGLang's
+  SIGQUIT handler killing this process with it (processes.py, stderr_tail.py).
 - SGLang starts its workers with the `spawn` start method, which imports the main script again
   in each worker: a script that builds with this engine must guard its entry point with
   `if __name__ == "__main__":` (the `eagle3-synth` command does).
@@ -23,16 +26,20 @@ import asyncio
 import atexit
 import copy
 import logging
+import os
 import sys
 from typing import Any
 
-from eagle3_synth.errors import ConfigError, TransientEngineError
+from eagle3_synth.errors import ConfigError, EngineDied, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy
-from eagle3_synth.engines.sglang.args import FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
-from eagle3_synth.engines.sglang.processes import bind_loop_keep_sigterm, callers_sigterm, guarded_shutdown, owned_children
-from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries, sglang_sampling_params
+from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
+from eagle3_synth.engines.sglang.processes import (bind_loop_keep_sigterm, callers_sigterm, exited, guarded_shutdown, kill_trees,
+                                                  launch_died, on_sigquit, owned_children, process_names)
+from eagle3_synth.engines.sglang.stderr_tail import StderrTail
+from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries,
+                                                  sent_priority, sglang_sampling_params)
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
@@ -44,13 +51,20 @@ FALLBACK_MAX_IN_FLIGHT = 1024
 
 def engine_info(engine: Any) -> dict[str, Any]:
     """`get_server_info()`, read once at launch: capacity, DP ranks and context limits come from it
-    ({} when it fails: informational, never worth failing a run for)."""
+    ({} when it fails: informational, never worth failing a run for). Its `context_length` is the
+    server argument (None unless given); the model's is `tokenizer_manager.model_config.context_len`
+    (what /v1/models reports as max_model_len, srt/entrypoints/http_server.py:1993-2022)."""
     try:
         info = engine.get_server_info()
     except Exception as exc:
         log.debug("could not read the engine's server info: %s", exc)
         return {}
-    return info if isinstance(info, dict) else {}
+    if not isinstance(info, dict):
+        return {}
+    if info.get("context_length") is None:
+        model_config = getattr(getattr(engine, "tokenizer_manager", None), "model_config", None)
+        info = {**info, "context_length": getattr(model_config, "context_len", None)}
+    return info
 
 
 def default_max_in_flight(info: dict[str, Any]) -> int:
@@ -69,9 +83,15 @@ def read_engine_load(engine: Any, loop: asyncio.AbstractEventLoop) -> EngineLoad
 
 class SGLangEngine(WindowedEngine):
     def __init__(self, engine: Any, *, loop: asyncio.AbstractEventLoop, owned_pids: set[int], max_in_flight: int,
-                 retry: RetryPolicy = RetryPolicy(), load_driven: bool = False, info: dict[str, Any] | None = None):
+                 retry: RetryPolicy = RetryPolicy(), load_driven: bool = False, info: dict[str, Any] | None = None,
+                 stderr: StderrTail | None = None):
         self.engine = engine
         self.owned_pids = owned_pids
+        self._names = process_names(owned_pids)
+        self._stderr = stderr
+        self.died: str | None = None  # why, once the engine died
+        # The engine's schedule_low_priority_values_first (protocol.sent_priority).
+        self.low_priority_first = (info or {}).get("schedule_low_priority_values_first") is True
         self.retry = retry
         self._loop = loop
         # Load-driven (the default): start at what the engine runs (its server `info`), follow its
@@ -99,7 +119,7 @@ class SGLangEngine(WindowedEngine):
                 input_ids=list(request.prompt_ids),
                 sampling_params=copy.deepcopy(sampling),
                 rid=self._rids(request.sample_id, attempt),
-                **({"priority": request.priority} if request.priority is not None else {}),
+                **sent_priority(request.priority, self.low_priority_first),
             )
         except Exception as exc:
             # SGLang raises ValueError for a bad request (400) and fastapi.HTTPException for
@@ -116,14 +136,43 @@ class SGLangEngine(WindowedEngine):
         sampling = sglang_sampling_params(params)
         return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt), self.retry)
 
+    def on_death(self) -> None:
+        """SIGQUIT from the engine's processes (processes.py): end the run with `EngineDied`."""
+        watchdog = getattr(getattr(self.engine, "tokenizer_manager", None), "_subprocess_watchdog", None)
+        if watchdog is not None:
+            watchdog.stop()  # it would signal again for every process that goes down with the first
+        ended = exited(self.owned_pids)
+        # SGLang's watchdog has already collected the exit status of the child it saw die
+        # (`proc.is_alive()`, srt/utils/watchdog.py:211-221): read it from its Process objects.
+        for process in getattr(watchdog, "_processes", None) or ():
+            if getattr(process, "exitcode", None) not in (None, 0) and ended.get(process.pid) is None:
+                ended[process.pid] = process.exitcode
+        which = ", ".join(f"{self._names.get(pid, pid)} (pid {pid}) {_ended(code)}" for pid, code in sorted(ended.items()))
+        self.died = which or "one of its processes reported a failure (SIGQUIT)"
+        tail = self._stderr.lines()[-12:] if self._stderr is not None else []
+        self._window.stop_with(EngineDied(
+            f"{SOURCE}: the engine died mid-run: {self.died}. Every result handed on is journaled; rerun the same "
+            "command to continue" + ("; its last log lines:\n    " + "\n    ".join(tail) if tail else "")))
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self.close)
-        guarded_shutdown(self.engine, self.owned_pids)
+        if self.died is not None:
+            kill_trees(self.owned_pids)  # nothing left to shut down in order; shutdown() would wait on it
+        else:
+            guarded_shutdown(self.engine, self.owned_pids)
+        if self._stderr is not None:
+            self._stderr.close()
         if self._loop is not getattr(self.engine, "loop", None):
             self._loop.close()
+
+
+def _ended(code: int | None) -> str:
+    if code is None:
+        return "ended"
+    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
 
 
 def check_spawn_safe() -> None:
@@ -178,9 +227,19 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
     if options.max_in_flight is not None:
         check_window_size(options.max_in_flight)  # before minutes of model loading, not after
     retry = RetryPolicy(max_retries=options.max_retries)
+    if any(f.name == "custom_sigquit_handler" for f in fields):
+        kwargs["custom_sigquit_handler"] = launch_died  # instead of SGLang's kill of this process
     sigterm = callers_sigterm()
-    with owned_children() as owned:
-        engine = engine_cls(**kwargs)
+    stderr = StderrTail().start()
+    try:
+        with owned_children() as owned:
+            engine = engine_cls(**kwargs)
+    except BaseException as exc:
+        kill_trees(owned)
+        stderr.close()
+        if isinstance(exc, EngineDied):
+            raise EngineDied(f"{exc}; its last log lines:\n    " + "\n    ".join(stderr.lines()[-12:])) from None
+        raise
     try:
         owned |= set(engine.get_all_child_pids())
     except Exception as exc:
@@ -200,7 +259,9 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
         retry=retry,
         load_driven=options.max_in_flight is None,
         info=info,
+        stderr=stderr,
     )
+    on_sigquit(loop, wrapper.on_death)
     wrapper.limits = ContextLimits.from_server_info(info)
     atexit.register(wrapper.close)
     log.info("sglang engine started: %s (%s)", options.model,
@@ -211,5 +272,9 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
 
 
 def create(options: EngineOptions) -> SGLangEngine:
+    if options.engine_args.get("device") == "cpu" and os.environ.get(CPU_ENGINE_VARIABLE) != "1":
+        # Before sglang is imported: its modules read the variable at import time (`_is_cpu = is_cpu()`).
+        log.info("--engine-arg device=cpu: setting %s=1 (SGLang's CPU backend)", CPU_ENGINE_VARIABLE)
+        os.environ[CPU_ENGINE_VARIABLE] = "1"
     engine_cls, fields = import_sglang()
     return launch(engine_cls, fields, options)

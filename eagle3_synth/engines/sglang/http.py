@@ -14,8 +14,8 @@ Failures:
   run with one message naming the status and URL, instead of failing every prompt;
 - any other 4xx (a prompt longer than the context, a bad sampling value) is that sample's error;
 - retries used up: a 5xx or timeout becomes that sample's error; a server that cannot even be
-  connected to stops the run (rerunning the command resumes), rather than marking every
-  remaining prompt as failed while a server restarts.
+  connected to stops the run with `EngineDied` (exit 75; rerunning the command resumes), rather
+  than marking every remaining prompt as failed while a server restarts.
 Every 200 result is checked (result_checks.py) before it is handed on.
 
 Requests stream (`"stream": true`, `sampling_params.stream_interval` = STREAM_INTERVAL), so the
@@ -45,12 +45,14 @@ import os
 import time
 from typing import Any
 
-from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
+from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
-from eagle3_synth.engines.sglang.protocol import ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid, is_transient_status, merge_chunk, result_with_retries, sglang_sampling_params, stream_status
+from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid,
+                                                  is_transient_status, merge_chunk, result_with_retries, sent_priority,
+                                                  sglang_sampling_params, stream_status)
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.urls import UrlPool, normalize_urls
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
@@ -58,6 +60,10 @@ from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 256
+# A server or router started with --api-key wants `Authorization: Bearer KEY` on every request
+# (sglang 0.5.23 srt/utils/auth.py:192-203). The key is read from this variable, never from the
+# command line (which `ps` and shell histories show) and never recorded with the run.
+API_KEY_VARIABLE = "EAGLE3_SYNTH_SGLANG_API_KEY"
 CONNECT_TIMEOUT_S = 30.0
 HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
 HEALTH_POLL_S = 2.0
@@ -77,7 +83,7 @@ class MisconfiguredServer(EngineError):
 
 def misconfigured(status: int, url: str, detail: str) -> str:
     return (f"{url} answered HTTP {status} ({detail}): check --url (the base URL of an SGLang server or "
-            "router) and the server's API key; no prompt was marked failed because of it")
+            f"router) and the server's API key (${API_KEY_VARIABLE}); no prompt was marked failed because of it")
 
 
 class ConnectionFailure(TransientEngineError):
@@ -97,6 +103,7 @@ class SGLangHTTPEngine(WindowedEngine):
         health_poll_s: float = HEALTH_POLL_S,
         load_driven: bool = False,
         priority: bool = False,
+        api_key: str | None = None,
     ):
         if request_timeout_s <= 0:
             raise ConfigError(f"--request-timeout must be > 0 seconds, got {request_timeout_s}")
@@ -107,6 +114,7 @@ class SGLangHTTPEngine(WindowedEngine):
         self._loop = asyncio.new_event_loop()
         self._window = InFlightWindow(self._loop, max_in_flight)
         self._session: Any = None
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._rids = RequestIds()
         self.model = model
         self.health_timeout_s = health_timeout_s
@@ -115,7 +123,9 @@ class SGLangHTTPEngine(WindowedEngine):
         # With no --max-in-flight the window follows the servers' /v1/loads (loads.py), from check_servers().
         self.load_driven = load_driven
         self.priority = priority
+        self.low_priority_first = False  # the servers' schedule_low_priority_values_first (check_server_info)
         self._capacities: list[int | None] = []
+        self._priority_servers = 0
         self._ranks = 0
 
     def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
@@ -129,6 +139,7 @@ class SGLangHTTPEngine(WindowedEngine):
         if self._session is None:
             # Created inside a coroutine on self._loop, so aiohttp binds it to that loop.
             self._session = aiohttp.ClientSession(
+                headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),  # the window bounds it
                 # An idle timeout, not a total one: each read waits at most request_timeout_s.
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S,
@@ -191,7 +202,7 @@ class SGLangHTTPEngine(WindowedEngine):
         url = self.urls.pick()
         rid = self._rids(request.sample_id, attempt)
         payload = {"input_ids": request.prompt_ids, "sampling_params": {**sampling, "stream_interval": STREAM_INTERVAL},
-                   "rid": rid, "stream": True, **({"priority": request.priority} if request.priority is not None else {})}
+                   "rid": rid, "stream": True, **sent_priority(request.priority, self.low_priority_first)}
         status, data = await self._post_stream(url, payload)
         self.urls.mark_up(url)
         if status == 200:
@@ -219,7 +230,7 @@ class SGLangHTTPEngine(WindowedEngine):
             return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt),
                                              self.retry, fatal=(ConnectionFailure,))
         except ConnectionFailure as exc:
-            raise EngineError(f"no SGLang server could be reached ({exc}). Results so far are journaled: "
+            raise EngineDied(f"no SGLang server could be reached ({exc}). Results so far are journaled: "
                               "start the server(s) again and rerun the same command to continue.") from exc
 
     # -- the Engine interface ---------------------------------------------------------------
@@ -274,6 +285,19 @@ class SGLangHTTPEngine(WindowedEngine):
         log.warning("%s serves neither /server_info nor /get_server_info; server settings not checked", url)
         return None
 
+    def model_context(self, url: str) -> int | None:
+        """The served model's context: `/v1/models`' `max_model_len` (sglang 0.5.23
+        srt/entrypoints/http_server.py:1993-2022, `model_config.context_len`). The server info's
+        `context_length` is only the server argument, None unless the server was started with one."""
+        try:
+            status, body = self._get_reachable(url, "/v1/models")
+        except ConfigError:
+            return None
+        data = _json_or_text(body)
+        cards = data.get("data") if status == 200 and isinstance(data, dict) else None
+        lengths = [card.get("max_model_len") for card in cards or [] if isinstance(card, dict)]
+        return next((n for n in lengths if isinstance(n, int) and not isinstance(n, bool) and n > 0), None)
+
     def check_server_info(self, url: str, info: dict[str, Any]) -> None:
         """Refuse a server whose settings would corrupt rows; keep its context limits."""
         if "skip_tokenizer_init" not in info:
@@ -283,20 +307,41 @@ class SGLangHTTPEngine(WindowedEngine):
         elif info.get("skip_tokenizer_init") is not True:
             raise ConfigError(f"--url {url}: the server runs with skip_tokenizer_init={info.get('skip_tokenizer_init')!r}; "
                               "restart it with --skip-tokenizer-init (prompts go in as token ids, output ids come back untouched)")
-        if self.priority and info.get("enable_priority_scheduling") is not True:
-            raise ConfigError(f"--url {url}: --priority needs a server started with --enable-priority-scheduling "
-                              "(without it SGLang aborts every request that has a priority, scheduler.py:3522-3543)")
+        if self.priority:
+            self.check_priority_scheduling(url, info)
         if info.get("allow_auto_truncate"):
             raise ConfigError(f"--url {url}: the server runs with --allow-auto-truncate: {AUTO_TRUNCATE_REFUSED}; restart it without")
         served = info.get("model_path")
         if self.model and isinstance(served, str) and _folder_name(served) != _folder_name(self.model):
             log.warning("%s serves %s, but this run's model is %s; the outputs are that server's model's",
                         url, served, self.model)
+        if info.get("context_length") is None:
+            info = {**info, "context_length": self.model_context(url)}
         self.limits = self.limits.combine(ContextLimits.from_server_info(info))
         self._capacities.append(running_capacity(info))
         self._ranks += running_ranks(info)
         log.info("%s serves %s (context %s, max input %s)", url, served or "an unnamed model",
                  info.get("context_length"), info.get("max_req_input_len"))
+
+    def check_priority_scheduling(self, url: str, info: dict[str, Any]) -> None:
+        """What `--priority` does on this server (sglang 0.5.23 srt/managers/scheduler.py:3520-3543): with
+        `enable_priority_scheduling` it orders the queue; without it the priority is ignored and the
+        request served, unless `abort_on_priority_when_disabled`, which aborts every such request (503)."""
+        if info.get("enable_priority_scheduling") is True:
+            low_first = info.get("schedule_low_priority_values_first") is True
+            if self._priority_servers and low_first != self.low_priority_first:
+                raise ConfigError(f"--url {url}: schedule_low_priority_values_first={low_first}, unlike the other "
+                                  "servers: --priority needs them all to order priorities the same way")
+            self.low_priority_first = low_first
+            self._priority_servers += 1
+        elif info.get("abort_on_priority_when_disabled") is True:
+            raise ConfigError(f"--url {url}: the server runs with --abort-on-priority-when-disabled and without "
+                              "--enable-priority-scheduling, so it aborts every request that has a priority: restart "
+                              "it with --enable-priority-scheduling, or drop --priority")
+        else:
+            log.warning("%s runs without --enable-priority-scheduling: it serves each request and ignores its "
+                        "priority, so --priority changes nothing there (start the server with "
+                        "--enable-priority-scheduling for long conversations' turns to go first)", url)
 
     def check_servers(self) -> None:
         """Before any prompt is sent: wait for each URL's /health, then check its server info; a
@@ -353,6 +398,7 @@ def create(options: EngineOptions) -> SGLangHTTPEngine:
         max_in_flight=DEFAULT_MAX_IN_FLIGHT if options.max_in_flight is None else options.max_in_flight,
         load_driven=options.max_in_flight is None,
         priority=options.priority,
+        api_key=os.environ.get(API_KEY_VARIABLE) or None,
         request_timeout_s=options.request_timeout_s,
         retry=RetryPolicy(max_retries=options.max_retries),
         model=options.model,

@@ -14,6 +14,14 @@ installs a SIGTERM handler on its event loop that waits for every request in fli
 window refilling, that is the whole run), then kills the caller's whole process tree and exits.
 A preempted job needs the opposite: stop now, journal intact, resume later. So we let SGLang bind
 its response loop at launch and put the caller's handler back.
+
+Survive the engine's death: a child that fails (the scheduler's exception, srt/managers/
+scheduler.py:6360-6373) or dies (SGLang's subprocess watchdog notices, srt/utils/watchdog.py:203-221)
+sends SIGQUIT to this process, and SGLang's handlers answer it by killing this process's whole tree,
+this process included (the launch phase's, srt/entrypoints/engine.py:1968-1982; the running
+phase's, srt/managers/tokenizer_manager.py:4072-4082): eagle3-synth would end with exit 137 and no
+word. We replace both: during launch with SGLang's own `custom_sigquit_handler` server argument
+(`launch_died`), then on the engine's loop (`on_sigquit`); each ends the run with `EngineDied`.
 """
 
 from __future__ import annotations
@@ -79,6 +87,29 @@ def kill_only(module: Any, owned: set[int]) -> Iterator[None]:
         module.kill_process_tree = original
 
 
+def kill_trees(owned: set[int]) -> None:
+    """SIGKILL each owned process and its descendants (an engine that died or never started)."""
+    for pid in sorted(owned):
+        for descendant in sorted(_descendants(pid)) + [pid]:
+            try:
+                os.kill(descendant, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _descendants(pid: int) -> set[int]:
+    found, frontier = set(), {pid}
+    while frontier:
+        children = set().union(*(child_pids(p) for p in frontier)) - found
+        found |= children
+        frontier = children
+    return found
+
+
 def guarded_shutdown(engine: Any, owned: set[int]) -> None:
     """`engine.shutdown()`, with its process-tree kill limited to the engine's own processes.
 
@@ -90,6 +121,47 @@ def guarded_shutdown(engine: Any, owned: set[int]) -> None:
         for module in modules:
             stack.enter_context(kill_only(module, owned))
         engine.shutdown()
+
+
+def process_names(pids: set[int]) -> dict[int, str]:
+    """pid -> the name SGLang gave the process (`sglang::scheduler`...), read while it runs."""
+    names = {}
+    for pid in pids:
+        try:
+            names[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace") or str(pid)
+        except OSError:
+            names[pid] = str(pid)
+    return names
+
+
+def exited(pids: set[int]) -> dict[int, int | None]:
+    """Those of this process's children in `pids` that have ended: pid -> exit code (negative: the
+    signal; None: gone, its status already collected)."""
+    ended: dict[int, int | None] = {}
+    for pid in pids:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            if not Path(f"/proc/{pid}").exists():
+                ended[pid] = None
+            continue
+        if done:
+            ended[pid] = os.waitstatus_to_exitcode(status)
+    return ended
+
+
+def launch_died(signum: int, frame: Any) -> None:
+    """SIGQUIT while `sglang.Engine()` starts (passed as `custom_sigquit_handler`): a child failed
+    before the engine was up. Raised in the main thread, so `Engine()` itself raises it."""
+    from eagle3_synth.errors import EngineDied
+
+    raise EngineDied("SGLang's engine failed while starting (one of its processes failed; its log is above)")
+
+
+def on_sigquit(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> None:
+    """`handler` for SIGQUIT on `loop`, in place of SGLang's tree kill (main thread only, as SGLang's)."""
+    if threading.current_thread() is threading.main_thread():
+        loop.add_signal_handler(signal.SIGQUIT, handler)
 
 
 def callers_sigterm() -> Any:

@@ -89,6 +89,15 @@ async def result_with_retries(
         return abort_result(request, str(exc))
 
 
+def sent_priority(priority: int | None, low_values_first: bool) -> dict[str, Any]:
+    """The request's `priority` field: ours means higher first (the turns a conversation may still
+    have); a server started with `schedule_low_priority_values_first` runs lower values first
+    (sglang 0.5.23 srt/arg_groups/fields/schedule.py:118-121), so it is sent negated there."""
+    if priority is None:
+        return {}
+    return {"priority": -priority if low_values_first else priority}
+
+
 def sglang_sampling_params(params: SamplingParams) -> dict[str, Any]:
     """SGLang `sampling_params` for one request (`GenerationRequest.params`: its own sampling).
 

@@ -39,6 +39,16 @@ class InFlightWindow:
         # Called between results with the current size, returns the next (loads.LoadDrivenSize).
         self.sizer = sizer
         self._pending: set[asyncio.Future] = set()
+        # Set by `stop_with` (the engine died): the run ends with that exception, whatever is in flight.
+        self._stopped: asyncio.Future | None = None
+
+    def stop_with(self, error: BaseException) -> None:
+        """End `run` with `error` as soon as it waits (called on the loop, e.g. from a signal handler):
+        for an engine that died, whose requests in flight will never complete."""
+        if self._stopped is None:
+            self._stopped = self.loop.create_future()
+        if not self._stopped.done():
+            self._stopped.set_exception(error)
 
     @property
     def in_flight(self) -> int:
@@ -71,15 +81,22 @@ class InFlightWindow:
                         self._pending.add(self.loop.create_task(start(item)))
                 if not self._pending:
                     return
+                if self._stopped is None:
+                    self._stopped = self.loop.create_future()
                 done, self._pending = self.loop.run_until_complete(
-                    asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
+                    asyncio.wait(self._pending | {self._stopped}, return_when=asyncio.FIRST_COMPLETED)
                 )
+                self._pending.discard(self._stopped)
+                stopped = self._stopped in done
+                done.discard(self._stopped)
                 # Hand on every finished result before raising the first failure (each failed
                 # task's exception is read, so none is reported as never retrieved).
                 failed = [task for task in done if task.cancelled() or task.exception() is not None]
                 for task in done:
                     if task not in failed:
                         yield task.result()
+                if stopped:
+                    self._stopped.result()  # the engine's death, before any request's own failure
                 if failed:
                     failed[0].result()
         finally:
