@@ -10,8 +10,12 @@ it is on write into the pipe; `close()` puts the original stderr back.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
+import termios
 import threading
+import time
 from collections import deque
 
 
@@ -21,6 +25,7 @@ class StderrTail:
         self._partial = b""
         self._lock = threading.Lock()
         self._saved: int | None = None  # the original stderr, until close() puts it back
+        self._read_end: int | None = None
         self._copying = False  # the thread still writes to its copy of the original stderr
         self._thread: threading.Thread | None = None
 
@@ -33,7 +38,7 @@ class StderrTail:
         read_end, write_end = os.pipe()
         os.dup2(write_end, 2)
         os.close(write_end)
-        self._saved, self._copying = saved, True
+        self._saved, self._copying, self._read_end = saved, True, read_end
         self._thread = threading.Thread(target=self._copy, args=(read_end, saved), name="sglang-stderr", daemon=True)
         self._thread.start()
         return self
@@ -51,6 +56,7 @@ class StderrTail:
                 except OSError:
                     pass  # the original stderr went away; keep the tail anyway
                 self._keep(data)
+            self._read_end = None  # before the with closes it: its number may be reused
         with self._lock:
             self._copying = False
             if self._saved is None:
@@ -60,11 +66,25 @@ class StderrTail:
         with self._lock:
             *complete, self._partial = (self._partial + data).split(b"\n")
             for line in complete:
-                text = line.decode("utf-8", "replace").rstrip()
+                # What a terminal shows of it: a progress bar redraws its line after each "\r".
+                text = line.rsplit(b"\r", 1)[-1].decode("utf-8", "replace").rstrip()
                 if text:
                     self._lines.append(text)
 
-    def lines(self) -> list[str]:
+    def _unread(self) -> int:
+        """Bytes written to the pipe that the thread has not read yet (0 once it is closed)."""
+        try:
+            return struct.unpack("i", fcntl.ioctl(self._read_end, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except (OSError, TypeError):
+            return 0
+
+    def lines(self, settle_s: float = 2.0) -> list[str]:
+        """The last lines, once the thread has read what is in the pipe (at most `settle_s`): a
+        dying engine's last words were written just before the signal that asks for them."""
+        deadline = time.monotonic() + settle_s
+        while self._read_end is not None and self._unread() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the thread keeps what it read
         with self._lock:
             partial = self._partial.decode("utf-8", "replace").rstrip()
             return list(self._lines) + ([partial] if partial else [])

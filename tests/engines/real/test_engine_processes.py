@@ -1,0 +1,53 @@
+"""The in-process engine's process hygiene on the real SGLang 0.5.23: `close()` ends the engine's
+processes and spares every other child of the caller (SGLang's own shutdown SIGKILLs them all,
+processes.py), on the CPU backend in bf16."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from ...support.real_sglang import TINY_MODEL, sglang_env, sglang_python
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = r'''
+import json, subprocess, sys
+from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
+from eagle3_synth.engines.sglang.processes import child_pids
+
+if __name__ == "__main__":
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    engine = create_engine("sglang", EngineOptions(model=sys.argv[1], dtype="bfloat16", max_in_flight=2,
+                                                   engine_args={"device": "cpu", "mem_fraction_static": 0.1}))
+    engine_pids = sorted(engine.owned_pids)
+    try:
+        params = SamplingParams(max_new_tokens=24, temperature=0.0, stop_token_ids=(2033, 2034), vocab_size=2048)
+        results = [r.__dict__ for r in engine.generate([GenerationRequest(i, [2032, 5 + i, 17, 99]) for i in range(3)],
+                                                       params)]
+    finally:
+        engine.close()
+    alive = mine.poll() is None
+    mine.kill()
+    mine.wait()
+    print(json.dumps({"spared": alive, "engine_pids": engine_pids, "children_after": sorted(child_pids()),
+                      "results": results}))
+'''
+
+
+def test_closing_the_real_engine_ends_its_processes_and_spares_the_callers_others(tmp_path):
+    script = tmp_path / "engine_processes.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([str(sglang_python()), str(script), str(TINY_MODEL)], capture_output=True, text=True,
+                          env=sglang_env(), timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["spared"], "closing the engine killed another child of the caller"
+    assert report["engine_pids"], "no engine process was noted at launch"
+    assert not set(report["engine_pids"]) & set(report["children_after"]), "engine processes left after close()"
+    assert sorted(r["sample_id"] for r in report["results"]) == [0, 1, 2]
+    for result in report["results"]:
+        assert result["error"] is None and result["finish_reason"] in ("stop", "length")
+        assert len(result["output_ids"]) == result["completion_tokens"] <= 24

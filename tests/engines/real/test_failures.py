@@ -1,0 +1,181 @@
+"""Real failures of the real SGLang 0.5.23 (CPU backend): an engine that dies, a server killed and
+restarted, one that never comes back. Each run is stopped at an exact place by a kill point
+(`EAGLE3_SYNTH_KILL_AT=journal.after_write:N:STOP`: the CLI stops itself after its N-th journal
+line), so what happens to the engine happens between two known results, never on a timer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3_synth.cli import EXIT_RESUMABLE, main
+from eagle3_synth.engines.sglang.processes import child_pids
+from eagle3_synth.run.kill_points import KILL_ENV
+
+from ...support.cli_processes import config_rows
+from ...support.process_control import wait_until
+from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_python
+from ...support.row_parity import assert_same_rows
+
+pytestmark = pytest.mark.slow
+
+CONFIG = "B1_glaive"  # six bundled prompts
+GREEDY = ["--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "256", "--dtype", "bfloat16"]
+STOP_AFTER_TWO = {KILL_ENV: "journal.after_write:2:STOP"}
+HANG = 600  # a hang detector for a whole CLI run, never what a test asserts
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"T"
+    except (OSError, IndexError):
+        return False
+
+
+def descendants(pid: int) -> set[int]:
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = set().union(*(child_pids(p) for p in frontier)) - found
+        found |= frontier
+    return found
+
+
+def named(pids: set[int], prefix: str) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(prefix.encode()):
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def journal_lines(out: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in (out / ".runs" / CONFIG).rglob("journal/*.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("transformers")
+    assert main(["build", CONFIG, *GREEDY, "--engine", "transformers", "--batch-size", "1", "--out", str(out)]) == 0
+    return config_rows(out, CONFIG)
+
+
+def in_process_build(out: Path) -> list[str]:
+    return [str(Path(sglang_python()).parent / "eagle3-synth"), "build", CONFIG, *GREEDY, "--engine", "sglang",
+            "--engine-arg", "device=cpu", "--engine-arg", "mem_fraction_static=0.1", "--max-in-flight", "1",
+            "--out", str(out)]
+
+
+def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_rerun_completes(reference, tmp_path):
+    """SGLang's watchdog sees its scheduler gone and SIGQUITs eagle3-synth, whose own handler was
+    SGLang's tree kill (exit 137, no word): now the run ends with one line naming the process and
+    the engine's last log lines, exit 75, its journal intact; the same command then completes."""
+    log = tmp_path / "first.log"
+    with open(log, "wb") as handle:
+        run = subprocess.Popen(in_process_build(tmp_path), stdout=handle, stderr=subprocess.STDOUT,
+                               env={**sglang_env(), **STOP_AFTER_TWO})
+    try:
+        wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
+        assert run.poll() is None, log.read_text()[-3000:]
+        schedulers = named(descendants(run.pid), "sglang::scheduler")
+        assert len(schedulers) == 1, f"scheduler processes: {schedulers}"
+        engine_processes = descendants(run.pid)
+        os.kill(schedulers[0], signal.SIGKILL)
+        os.kill(run.pid, signal.SIGCONT)
+        code = run.wait(HANG)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    text = log.read_text()
+    assert code == EXIT_RESUMABLE, text[-3000:]
+    last = [line for line in text.split("\n") if line.startswith("eagle3-synth build: error:")]
+    assert len(last) == 1 and "the engine died mid-run: sglang::scheduler" in last[0], text[-3000:]
+    assert f"(pid {schedulers[0]}) was killed by signal 9" in last[0]
+    assert "rerun the same command to continue; its last log lines:" in last[0]
+    after = text[text.index(last[0]) + len(last[0]):].split("\n")[1:]
+    tail = after[:next((i for i, line in enumerate(after) if not line.startswith("    ")), len(after))]
+    assert tail, "the engine's last log lines"
+    assert any(f"pid={schedulers[0]}" in line for line in tail), f"SGLang's own line on the dead process: {tail}"
+    assert journal_lines(tmp_path) >= 2 + 1  # the two results (and the segment's header) stay
+    assert not [pid for pid in engine_processes if Path(f"/proc/{pid}").exists()], "engine processes left behind"
+
+    done = subprocess.run(in_process_build(tmp_path), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+
+
+def stopped_http_run(url: str, out: Path, log: Path, *extra: str) -> subprocess.Popen:
+    """An sglang-http build of CONFIG (this interpreter's eagle3-synth), stopped (SIGSTOP) by
+    itself after its second result."""
+    command = [sys.executable, "-c", "import sys; from eagle3_synth.cli import main; sys.exit(main(sys.argv[1:]))",
+               "build", CONFIG, *GREEDY, "--engine", "sglang-http", "--url", url, "--max-in-flight", "1",
+               "--out", str(out), *extra]
+    with open(log, "wb") as handle:
+        run = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **STOP_AFTER_TWO})
+    wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
+    assert run.poll() is None, log.read_text()[-3000:]
+    return run
+
+
+def test_a_server_killed_and_restarted_mid_run_is_waited_for_and_nothing_is_lost_or_doubled(reference, tmp_path):
+    port_log = tmp_path / "server.log"
+    server = RealServer(port_log).start()
+    try:
+        run = stopped_http_run(server.url, tmp_path, tmp_path / "run.log")
+        server.kill()  # a node lost: the server and its scheduler SIGKILLed
+        server.start()  # the same port, a new process
+        os.kill(run.pid, signal.SIGCONT)
+        code = run.wait(HANG)
+    finally:
+        server.stop()
+    assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
+    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+
+
+def test_a_server_that_does_not_come_back_ends_the_run_with_75_and_the_rerun_completes(server, reference, tmp_path):
+    lost = RealServer(tmp_path / "lost.log").start()
+    try:
+        run = stopped_http_run(lost.url, tmp_path, tmp_path / "run.log", "--max-retries", "1")
+        lost.kill()
+        os.kill(run.pid, signal.SIGCONT)
+        code = run.wait(HANG)
+    finally:
+        lost.stop()
+    text = (tmp_path / "run.log").read_text()
+    assert code == EXIT_RESUMABLE, text[-3000:]
+    assert "no SGLang server could be reached" in text and "rerun the same command to continue" in text
+    # The same run, pointed at a server that runs: it continues where the journal ends.
+    assert main(["build", CONFIG, *GREEDY, "--engine", "sglang-http", "--url", server.url, "--out", str(tmp_path)]) == 0
+    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+
+
+def test_a_sampled_run_killed_and_split_in_two_shards_loses_and_doubles_nothing(server, tmp_path):
+    """Sampled (temperature 0.8, a seed). SGLang 0.5.23 draws with a request's `sampling_seed` only
+    under deterministic inference, whose CPU kernel this build lacks (README), so a sampled row is
+    not reproducible across runs; what resume guarantees still holds: a journaled sample is kept,
+    one that was in flight is generated once more, none is lost or doubled, every row is valid."""
+    run_dir = tmp_path / "run"
+    sampled = [CONFIG, "--model", str(TINY_MODEL), "--temperature", "0.8", "--seed", "0", "--max-new-tokens", "256",
+               "--dtype", "bfloat16", "--engine", "sglang-http", "--url", server.url, "--run-dir", str(run_dir),
+               "--num-shards", "2", "--max-in-flight", "1"]
+    command = [sys.executable, "-c", "import sys; from eagle3_synth.cli import main; sys.exit(main(sys.argv[1:]))",
+               "generate", *sampled, "--shard-index", "0"]
+    killed = subprocess.run(command, capture_output=True, text=True, timeout=HANG,
+                            env={**os.environ, KILL_ENV: "journal.after_write:2"})  # SIGKILL after two results
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    for shard in ("0", "1"):
+        assert main(["generate", *sampled, "--shard-index", shard]) == 0
+    out = tmp_path / "out"
+    assert main(["build", *sampled[:-4], "--out", str(out)]) == 0  # assembles the journal, generates nothing
+    rows = config_rows(out, CONFIG)
+    assert sorted(r["sample_id"] for r in rows) == list(range(6)), "a sample lost or doubled"
+    assert main(["validate", str(out), CONFIG]) == 0
