@@ -25,7 +25,7 @@ def non_stream_ids(url: str, prompt: list[int]) -> list[int]:
                                 "top_p": 1.0, "top_k": -1, "stop_token_ids": list(STOP)}}
     request = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=120) as response:  # a hang detector only
         return json.loads(response.read())["output_ids"]
 
 
