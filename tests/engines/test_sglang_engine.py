@@ -325,7 +325,7 @@ def test_the_callers_sigterm_handler_stays_in_charge(launch):
 
 
 def test_close_kills_the_engine_processes_but_not_the_callers(launch):
-    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]  # outlives the test, which kills it
     mine = [subprocess.Popen(sleeper)]
     try:
         engine = launch(lambda ids, sp: stop_reply(ids))
@@ -354,13 +354,14 @@ def test_exit_without_close_still_spares_the_callers_children(tmp_path):
         from eagle3_synth.engines.sglang.engine import launch
 
         if __name__ == "__main__":
-            mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+            # Sleeps past the 300 s bound below: alive after the script exits however slowly it ran.
+            mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             plan = lambda ids, sampling: stop_reply(ids)
             engine = launch(Engine.configure(plan, FIELD_NAMES), FIELDS, EngineOptions(model="/m"))
             print(mine.pid, engine.engine.get_all_child_pids()[0], flush=True)
     """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr
     mine, worker = (int(x) for x in out.stdout.split())
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from unittest.mock import patch
 
@@ -24,7 +25,7 @@ def non_stream_ids(url: str, prompt: list[int]) -> list[int]:
                                 "top_p": 1.0, "top_k": -1, "stop_token_ids": list(STOP)}}
     request = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=120) as response:  # a hang detector only
         return json.loads(response.read())["output_ids"]
 
 
@@ -53,23 +54,44 @@ def test_chunks_merge_cumulative_and_incremental():
     assert not is_duplicate_rid(503, "Duplicate request ID detected: x")
 
 
+class HeldClientClock(ClientClock):
+    """A client loop whose thread is held after each `select`, before it checks its timers -- what a
+    loaded machine does at random: the window in which a server thread that advanced the clock
+    for several chunks before the client read the first made their gaps add up (the flake this
+    test once had: 5 request ids for 4 requests)."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        process_events = loop._process_events  # type: ignore[attr-defined]
+
+        def held(event_list):
+            time.sleep(0.01)  # releases the GIL: the server's thread runs here
+            process_events(event_list)
+
+        loop._process_events = held  # type: ignore[attr-defined]
+        return loop
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["client", "held-client"])
 @pytest.mark.parametrize("incremental", [False, True])
-def test_a_request_queued_then_running_past_a_total_timeout_completes_once(serve, monkeypatch, incremental):
-    """Queued 36 s, then a chunk every 18 s: over 100 s in all, past the 60 s timeout, yet never
-    60 s without data; a total timeout would restart every one of them. The gaps are made on the
-    client's clock (`ClientClock`), not slept: however loaded the machine, no gap reaches the
-    timeout, and the test takes no time. One request at a time, as one clock ages every request."""
+def test_a_request_queued_then_running_past_a_total_timeout_completes_once(serve, monkeypatch, incremental, held):
+    """Queued 360 s, then a chunk every 180 s: over 1,000 s in all, past the 600 s timeout, yet
+    never 600 s without data; a total timeout would restart every one of them. The gaps are made
+    on the client's clock (`ClientClock`), not slept, each once the client read the chunk before
+    it: however loaded the machine, no two gaps add up, and the test takes no time. Real time only
+    counts where it is what is left of the timeout after a gap (240 s between two reads). One
+    request at a time, as one clock ages every request."""
     monkeypatch.setattr(sglang_http, "STREAM_INTERVAL", 4)
     backend = DeterministicBackend(min_len=16, max_len=20)
-    clock = ClientClock()
-    server = SGLangLoopbackServer(backend, queue_s=36.0, chunk_s=18.0, clock=clock,
+    clock = HeldClientClock() if held else ClientClock()
+    server = SGLangLoopbackServer(backend, queue_s=360.0, chunk_s=180.0, clock=clock,
                                   server_args={"incremental_streaming_output": incremental})
     url = serve(server).url
     requests = random_requests(4, seed=3)
     with patch.object(asyncio, "new_event_loop", clock.new_event_loop):
-        engine = http_engine(url, request_timeout_s=60.0, max_in_flight=1)
+        engine = http_engine(url, request_timeout_s=600.0, max_in_flight=1)
     results = run(engine, requests)
-    assert clock.skew > 4 * 60.0, "each request took longer than the timeout on the client's clock"
+    assert clock.skew > 4 * 600.0, "each request took longer than the timeout on the client's clock"
     assert len(server.rids) == len(requests)  # not one restarted
     assert server.outcomes["ok"] == len(requests) and server.aborted == 0
     assert_rows_as_non_stream(url, requests, results)

@@ -20,8 +20,9 @@ counted, before the answer's last byte leaves (a client never sees an answer the
 No outcome waits on the wall clock: a fault that a client's timeout must end (`hang`, `stall`) holds
 the request until the client went away, however long its timeout takes on a loaded machine; a
 stream's queue and chunk gaps (`queue_s`, `chunk_s`) can advance a `ClientClock` -- the clock the
-client's event loop reads -- instead of sleeping, so whether an idle timeout fires follows from the
-gaps the server made, not from how busy the machine is.
+client's event loop reads -- instead of sleeping, each gap once the client read what came before it,
+so whether an idle timeout fires follows from the gaps the server made, not from how busy the
+machine is.
 
 Run in a thread (`ServerThread`, for tests) or as a process (`python -m tests.support.sglang_server`,
 for benchmarks: prints its URL, serves until killed).
@@ -40,7 +41,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,20 +65,65 @@ class ClientClock:
     server advanced it by. aiohttp's timeouts are timers on that loop (`sock_read`:
     client_proto.py `_reschedule_timeout`, `loop.call_later`), so a server that advances the clock
     S seconds before its next chunk made a gap of S seconds in the client's eyes, at once. One clock
-    ages every timer of the loop: give it one request at a time."""
+    ages every timer of the loop: give it one request at a time.
+
+    A gap starts only once the client read what the server sent on that connection before it
+    (`gap(..., after=reads(port))`, `port` the client's end of the connection): the server runs in
+    another thread, and one that advanced the clock for chunk after chunk while the client had not
+    yet read the first (a loaded machine holding the client's thread between its `select` and its
+    timer check) summed the gaps into one the client never saw data in -- its idle timeout fired and
+    the request was restarted. The client's reads are counted per connection its loop creates
+    (`create_connection`), after aiohttp handled them (its read timeout restarted).
+    """
 
     def __init__(self) -> None:
         self.skew = 0.0
+        self._reads: Counter[int] = Counter()  # the client's local port -> data received on it
 
     def advance(self, seconds: float) -> None:
         self.skew += seconds
 
+    def reads(self, port: int) -> int:
+        """Data received so far on the client's connection from `port` (the server's peer port)."""
+        return self._reads[port]
+
+    async def gap(self, seconds: float, port: int, after: int | None, gone: Callable[[], bool],
+                  limit_s: float = 120.0) -> None:
+        """Advance the client's clock by `seconds` once its connection from `port` read more than
+        `after` times (None: nothing was sent that it must read first); ConnectionResetError if the
+        client went away first. `limit_s` only ends a test whose client never reads."""
+        deadline = time.monotonic() + limit_s
+        while after is not None and self._reads[port] <= after:
+            if gone():
+                raise ConnectionResetError
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the client read nothing for {limit_s:g}s")
+            await asyncio.sleep(0.002)
+        self.advance(seconds)
+
     def new_event_loop(self) -> asyncio.AbstractEventLoop:
         clock = self
+
+        def counting(protocol_factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+            def factory() -> asyncio.Protocol:
+                protocol = protocol_factory()
+                received = protocol.data_received
+
+                def data_received(data: bytes) -> None:
+                    received(data)
+                    clock._reads[protocol.transport.get_extra_info("sockname")[1]] += 1
+
+                protocol.data_received = data_received  # type: ignore[method-assign]
+                return protocol
+
+            return factory
 
         class Loop(asyncio.SelectorEventLoop):
             def time(self) -> float:
                 return super().time() + clock.skew
+
+            async def create_connection(self, protocol_factory: Any, *args: Any, **kwargs: Any) -> Any:
+                return await super().create_connection(counting(protocol_factory), *args, **kwargs)
 
         return Loop()
 
@@ -604,8 +650,10 @@ class SGLangLoopbackServer:
         def gone() -> bool:
             return request.transport is None or request.transport.is_closing()
 
+        port = request.transport.get_extra_info("peername")[1]  # the client's end of the connection
         try:
-            await self._wait(self.queue_s)
+            read_mark = None  # nothing to read first: the client's read timeout started when it sent the request
+            await self._wait(self.queue_s, port, read_mark, gone)
             if fault is not None and fault.kind == "slow":
                 await asyncio.sleep(fault.delay_s)
             chunks = self._chunks(result, sampling.get("stream_interval") or 1)
@@ -613,8 +661,9 @@ class SGLangLoopbackServer:
                 if gone():
                     raise ConnectionResetError
                 if i:
-                    await self._wait(self.chunk_s)
+                    await self._wait(self.chunk_s, port, read_mark, gone)
                 self.stream_chunks.append((rid, time.monotonic()))
+                read_mark = None if self.clock is None else self.clock.reads(port)
                 await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 if fault is not None and fault.kind == "stall":
                     await until_gone(request)
@@ -634,12 +683,13 @@ class SGLangLoopbackServer:
             return response, True
         return response, False
 
-    async def _wait(self, seconds: float) -> None:
-        """A gap in a stream: on the client's `clock` when there is one, else slept."""
+    async def _wait(self, seconds: float, port: int, read_mark: int | None, gone: Callable[[], bool]) -> None:
+        """A gap in a stream: on the client's `clock` when there is one (once the client's end
+        `port` read more than `read_mark` times: what was sent before the gap), else slept."""
         if self.clock is None:
             await asyncio.sleep(seconds)
         elif seconds:
-            self.clock.advance(seconds)
+            await self.clock.gap(seconds, port, read_mark, gone)
 
     async def _answer(self, request: web.Request, input_ids: Any, sampling: dict[str, Any], rid: str) -> web.StreamResponse:
         fault = self._fault_for(input_ids)
