@@ -115,11 +115,14 @@ def output_problem(result: GenerationResult, params: SamplingParams) -> str | No
 
 
 def check_generation(request: GenerationRequest, result: GenerationResult, params: SamplingParams,
-                     source: str) -> GenerationResult:
+                     source: str, *, output_checked: bool = False) -> GenerationResult:
     """The contract check of every engine's result: returns it, or raises `EngineError` naming the
     sample (the run stops; what is journaled stays). An abort is returned as it is: the sample's error.
 
     `source` says where the result came from (a URL, "sglang.Engine", a replay file's line).
+    `output_checked`: `output_problem(result, params)` was found None already, on these very ids and
+    the same max_new_tokens, vocab_size and stop ids (a replay record checked before the run), so
+    only what needs the request is checked; it is a pure function of those, so the outcome is the same.
     """
     if result.finish_reason == "abort":
         return result
@@ -129,7 +132,8 @@ def check_generation(request: GenerationRequest, result: GenerationResult, param
     if result.prompt_tokens != len(prompt):
         raise _violation(request, source, f"prompt_tokens = {result.prompt_tokens} but {len(prompt)} prompt ids were "
                                           "sent (truncated, e.g. --allow-auto-truncate, or re-tokenized)")
-    problem = vocabulary_problem("prompt_ids", prompt, params.vocab_size) or output_problem(result, params)
+    problem = vocabulary_problem("prompt_ids", prompt, params.vocab_size) or (
+        None if output_checked else output_problem(result, params))
     if problem is None and prompt and result.output_ids[: len(prompt)] == prompt:
         problem = "output_ids start with the prompt ids (the prompt leaked into the output)"
     if problem is not None:
