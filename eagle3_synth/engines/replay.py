@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import orjson
 
 from eagle3_synth.errors import ConfigError, EngineError
@@ -50,6 +51,7 @@ _NOTHING_GENERATED = "nothing was generated: fix the file and run again"
 # Kept output ids: unsigned 32-bit (every id was checked to be in the vocabulary, 0 <= id < vocab_size).
 _TYPECODE = "I"
 _ITEM = array(_TYPECODE).itemsize
+_DTYPE = np.dtype(f"=u{_ITEM}")  # the same numbers seen by numpy
 
 
 class BadRecord(ValueError):
@@ -176,11 +178,10 @@ class CheckedReplay:
         of the run's own cap: its output needs no second check)."""
         return _output_params(params) == self._checked_with
 
-    def keep(self, line_number: int, record: Record) -> None:
-        """Keep one checked record (its ids appended to the spill)."""
+    def keep(self, line_number: int, record: Record, ids: array) -> None:
+        """Keep one checked record (its ids, `packed`, appended to the spill)."""
         if self._failed is not None:
             return
-        ids = array(_TYPECODE, record.output_ids)
         try:
             self._spill.write(ids)
         except OSError as exc:
@@ -222,17 +223,32 @@ class CheckedReplay:
             pass
 
 
+def packed(ids: list[int]) -> array | None:
+    """The ids as the spill holds them (unsigned 32-bit), None if one does not fit (then it is outside
+    any vocabulary `CheckedReplay.can_keep` allows, which the check names)."""
+    try:
+        return array(_TYPECODE, ids)
+    except OverflowError:
+        return None
+
+
 def _line_problem(path: str, line_number: int, sample_id: int, line: bytes, params: SamplingParams
-                  ) -> tuple[Record | None, str | None]:
-    """One indexed line parsed and checked as a result would be: (the record, None) or (None, the problem)."""
+                  ) -> tuple[Record | None, array | None, str | None]:
+    """One indexed line parsed and checked as a result would be: (the record, its ids packed where
+    they can be kept, None), or (None, None, the problem). The packed ids are what the scans of the
+    check run over (in numpy), and what the spill keeps."""
     where = f"{path}:{line_number}"
     try:
         record = parse_record(line)
     except BadRecord as exc:
-        return None, f"{where}: {exc}"
-    problem = (output_problem(as_result(record, params.stop_token_ids), params) if record.sample_id == sample_id
-               else f"\"sample_id\": {sample_id} found in the line, but its sample_id is {record.sample_id}")
-    return (record, None) if problem is None else (None, f"{where}: sample_id {record.sample_id}: {problem}")
+        return None, None, f"{where}: {exc}"
+    if record.sample_id != sample_id:
+        return None, None, (f"{where}: sample_id {record.sample_id}: \"sample_id\": {sample_id} found in the line, "
+                            f"but its sample_id is {record.sample_id}")
+    ids = packed(record.output_ids) if CheckedReplay.can_keep(params) else None
+    problem = output_problem(as_result(record, params.stop_token_ids), params,
+                             packed=None if ids is None else np.frombuffer(ids, dtype=_DTYPE))
+    return (record, ids, None) if problem is None else (None, None, f"{where}: sample_id {record.sample_id}: {problem}")
 
 
 def _check_lines(path: str, params: SamplingParams, kept: CheckedReplay | None) -> list[str]:
@@ -241,11 +257,11 @@ def _check_lines(path: str, params: SamplingParams, kept: CheckedReplay | None) 
     problems: list[str] = []
     try:
         for line_number, sample_id, line in _indexed_lines(path, {}):
-            record, problem = _line_problem(path, line_number, sample_id, line, params)
+            record, ids, problem = _line_problem(path, line_number, sample_id, line, params)
             if problem is not None:
                 problems.append(problem)
             elif kept is not None and not problems:  # once one is bad nothing is played: keeping stops
-                kept.keep(line_number, record)
+                kept.keep(line_number, record, ids)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; {_NOTHING_GENERATED}") from None
     return problems
