@@ -27,8 +27,8 @@ from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.vocabulary import Vocabulary, check_model_and_tokenizer
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs
-from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
-from eagle3_synth.engines.replay import check_replay_file
+from eagle3_synth.engines import Engine, EngineOptions, SamplingParams, create_engine
+from eagle3_synth.engines.replay import CheckedReplay, check_replay_file
 from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
@@ -173,11 +173,21 @@ class RunSetup:
     chat: ChatTokenizer
     vocab: Vocabulary  # the ids every result is checked against (prompts/vocabulary.py)
     params: SamplingParams
+    # The replay file's records as checked (kept for playback: the file is parsed once); None if none.
+    replay: CheckedReplay | None = None
+
+    def close(self) -> None:
+        """Frees what the setup holds beyond the run (the checked replay records' temporary file)."""
+        if self.replay is not None:
+            self.replay.close()
 
 
-def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup:
+def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory, *, keep_replay: bool = True) -> RunSetup:
     """The tokenizer, profile, markers and chat templater: everything `generate` and `dry_run` need
-    before prompts are prepared. Each of them runs `check_before_loading` (`preflight.py`) first."""
+    before prompts are prepared. Each of them runs `check_before_loading` (`preflight.py`) first.
+
+    With `keep_replay` (a run that plays the file) the replay file's checked records are kept for the
+    engine (`RunSetup.replay`; the caller closes the setup), so the file is parsed once."""
     model = spec.model
     option = "--tokenizer" if model.tokenizer != model.model else "--model"
     tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code, option=option)
@@ -189,17 +199,22 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory) -> RunSetup
     vocab = check_model_and_tokenizer(engine_options(spec, options).model, model.tokenizer, tokenizer,
                                       trust_remote_code=model.trust_remote_code)
     params = _sampling_params(spec.sampling, markers, vocab.size)
-    if model.replay_file:  # every record checked before the run directory is claimed
-        check_replay_file(model.replay_file, params)
-    check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs, spec.conversations.template_kwarg_mix,
-                     unchecked=options.template_kwarg_unchecked)
-    chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
-                         template_date=model.template_date or recorded_template_date(run) or today())
+    # Every record checked before the run directory is claimed (and kept for playback).
+    replay = check_replay_file(model.replay_file, params, keep=keep_replay) if model.replay_file else None
+    try:
+        check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs,
+                         spec.conversations.template_kwarg_mix, unchecked=options.template_kwarg_unchecked)
+        chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
+                             template_date=model.template_date or recorded_template_date(run) or today())
+    except BaseException:
+        if replay is not None:
+            replay.close()
+        raise
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
                     "history will be %s", "; ".join(chat.probe.lines()),
                     "rejected" if not chat.probe.renders_calls else "templated in the closest form")
-    return RunSetup(profile, markers, chat, vocab, params)
+    return RunSetup(profile, markers, chat, vocab, params, replay)
 
 
 def run_meta(spec: RunSpec, options: RunOptions, setup: RunSetup) -> dict[str, Any]:
@@ -241,7 +256,7 @@ def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
     directory stands (one whose prompts are prepared already)."""
     check_before_loading(spec, options)
     run = RunDirectory(options.run_dir)
-    setup = run_setup(spec, options, run)
+    setup = run_setup(spec, options, run, keep_replay=False)  # nothing is played
     report = DryRun(config=spec.config.name, run_dir=options.run_dir, engine=engine_description(spec, options),
                     max_new_tokens=spec.sampling.max_new_tokens, limit=(spec.max_prompt_tokens, OUR_LIMIT),
                     samples_per_prompt=spec.conversations.samples_per_prompt, started=run.exists())
@@ -271,11 +286,24 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
         return _generate(spec, options, progress_stream=progress_stream)
 
 
+def _start_engine(spec: RunSpec, options: RunOptions, setup: RunSetup) -> Engine:
+    """The run's engine; `replay` plays the records `run_setup` checked, without parsing the file again."""
+    return create_engine(options.engine, replace(engine_options(spec, options), replay_checked=setup.replay))
+
+
 def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     started = time.monotonic()
-    deadline = None if options.max_hours is None else started + options.max_hours * 3600
     run = RunDirectory(options.run_dir)
     setup = run_setup(spec, options, run)
+    try:
+        return _generate_set_up(spec, options, run, setup, started, progress_stream)
+    finally:
+        setup.close()
+
+
+def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setup: RunSetup, started: float,
+                     progress_stream: TextIO | None) -> RunSummary:
+    deadline = None if options.max_hours is None else started + options.max_hours * 3600
     profile, markers, chat = setup.profile, setup.markers, setup.chat
     fields = fingerprint_fields(spec, profile, chat)
     if run.exists():
@@ -289,7 +317,7 @@ def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | N
             # Prepared before the engine starts (staging.py): a bad source or template shows before
             # a model loads; an engine that loads nothing (sglang-http) tells its limit first.
             if options.engine in LIMIT_BEFORE_PREPARING:
-                engine = create_engine(options.engine, engine_options(spec, options))
+                engine = _start_engine(spec, options, setup)
                 limits = prompt_limit(spec, engine)
             prepared = stage(run, spec, options, chat, chats, limits or (spec.max_prompt_tokens, OUR_LIMIT),
                              _rollout_reject(options.strict))
@@ -303,7 +331,7 @@ def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | N
             kill_point("run.claimed")
             if staged is not None:
                 if prepared.kept and engine is None:
-                    engine = create_engine(options.engine, engine_options(spec, options))
+                    engine = _start_engine(spec, options, setup)
                     limits = prompt_limit(spec, engine)
                 if limits:
                     staged = within(run, prepared, *limits)
@@ -319,7 +347,7 @@ def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | N
         index = run.scan(run_fingerprint)
         states, todo = _rollouts_to_do(run, index, options, summary)
         if todo:
-            engine = engine or create_engine(options.engine, engine_options(spec, options))
+            engine = engine or _start_engine(spec, options, setup)
             limits = limits or prompt_limit(spec, engine)
             next_turns = NextTurns(chats, markers, profile, limits[0])
             progress = Progress(summary, total=summary.prompts - summary.rejected,

@@ -87,7 +87,7 @@ def test_a_run_stopped_by_a_bad_record_keeps_what_it_journaled(tmp_path, kimi_to
     it): the run stops naming the sample and line, and keeps what it journaled before."""
     import eagle3_synth.run.generate as generate_module
 
-    monkeypatch.setattr(generate_module, "check_replay_file", lambda path, params: None)
+    monkeypatch.setattr(generate_module, "check_replay_file", lambda path, params, **kwargs: None)
     replay = tmp_path / "replay.jsonl"
     outputs = write_replay(replay, kimi_tokenizer, 6)
     rewrite_line(replay, 4, {"sample_id": 3, "output_ids": [1000, 5_000_000], "finish_reason": "length"})
@@ -147,3 +147,20 @@ def test_the_model_folders_own_tokenizer_given_again_is_accepted(tmp_path, kimi_
     code, _ = run_cli(["build", "B1_glaive", "--model", str(TINY_MODEL), "--tokenizer", str(KIMI_TOKENIZER),
                        "--engine", "replay", "--replay", str(replay), "--out", str(tmp_path / "ds")], capsys)
     assert code == 0
+
+
+def test_a_replay_build_parses_each_record_once(tmp_path, kimi_tokenizer, capsys, monkeypatch):
+    """Checked before the run and played after it, each line of the file is parsed once (issue 26):
+    playback reads back what the check kept, and the run frees it at the end."""
+    from eagle3_synth.engines import replay as replay_module
+
+    parsed, closed = [], []
+    parse, close = replay_module.parse_record, replay_module.CheckedReplay.close
+    monkeypatch.setattr(replay_module, "parse_record", lambda line: (parsed.append(line), parse(line))[1])
+    monkeypatch.setattr(replay_module.CheckedReplay, "close", lambda self: (closed.append(self), close(self)))
+    replay = tmp_path / "replay.jsonl"
+    outputs = write_replay(replay, kimi_tokenizer, 6)
+    assert replay_build(replay, tmp_path / "ds", capsys)[0] == 0
+    assert sorted(parsed) == sorted(replay.read_bytes().splitlines(keepends=True))
+    assert len(closed) == 1 and closed[0]._spill.closed
+    assert load_dataset(str(tmp_path / "ds"), "B1_glaive", split="train")["output_ids"] == outputs
