@@ -51,7 +51,7 @@ from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
 from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid,
-                                                  is_transient_status, merge_chunk, result_with_retries, sent_priority,
+                                                  is_transient_status, merge_chunk, priority_order, result_with_retries, sent_priority,
                                                   sglang_sampling_params, stream_status)
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.urls import UrlPool, normalize_urls
@@ -60,9 +60,7 @@ from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 256
-# A server or router started with --api-key wants `Authorization: Bearer KEY` on every request
-# (sglang 0.5.23 srt/utils/auth.py:192-203). The key is read from this variable, never from the
-# command line (which `ps` and shell histories show) and never recorded with the run.
+# `Authorization: Bearer KEY` for a server with --api-key (srt/utils/auth.py:192-203); never on a command line.
 API_KEY_VARIABLE = "EAGLE3_SYNTH_SGLANG_API_KEY"
 CONNECT_TIMEOUT_S = 30.0
 HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
@@ -125,7 +123,7 @@ class SGLangHTTPEngine(WindowedEngine):
         self.priority = priority
         self.low_priority_first = False  # the servers' schedule_low_priority_values_first (check_server_info)
         self._capacities: list[int | None] = []
-        self._priority_servers = 0
+        self._priority_servers = 0  # servers with priority scheduling seen (check_priority_scheduling)
         self._ranks = 0
 
     def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
@@ -315,7 +313,7 @@ class SGLangHTTPEngine(WindowedEngine):
         if self.model and isinstance(served, str) and _folder_name(served) != _folder_name(self.model):
             log.warning("%s serves %s, but this run's model is %s; the outputs are that server's model's",
                         url, served, self.model)
-        if info.get("context_length") is None:
+        if info.get("context_length") is None:  # the server argument; the model's is in /v1/models
             info = {**info, "context_length": self.model_context(url)}
         self.limits = self.limits.combine(ContextLimits.from_server_info(info))
         self._capacities.append(running_capacity(info))
@@ -324,24 +322,15 @@ class SGLangHTTPEngine(WindowedEngine):
                  info.get("context_length"), info.get("max_req_input_len"))
 
     def check_priority_scheduling(self, url: str, info: dict[str, Any]) -> None:
-        """What `--priority` does on this server (sglang 0.5.23 srt/managers/scheduler.py:3520-3543): with
-        `enable_priority_scheduling` it orders the queue; without it the priority is ignored and the
-        request served, unless `abort_on_priority_when_disabled`, which aborts every such request (503)."""
-        if info.get("enable_priority_scheduling") is True:
-            low_first = info.get("schedule_low_priority_values_first") is True
-            if self._priority_servers and low_first != self.low_priority_first:
-                raise ConfigError(f"--url {url}: schedule_low_priority_values_first={low_first}, unlike the other "
-                                  "servers: --priority needs them all to order priorities the same way")
-            self.low_priority_first = low_first
-            self._priority_servers += 1
-        elif info.get("abort_on_priority_when_disabled") is True:
-            raise ConfigError(f"--url {url}: the server runs with --abort-on-priority-when-disabled and without "
-                              "--enable-priority-scheduling, so it aborts every request that has a priority: restart "
-                              "it with --enable-priority-scheduling, or drop --priority")
-        else:
-            log.warning("%s runs without --enable-priority-scheduling: it serves each request and ignores its "
-                        "priority, so --priority changes nothing there (start the server with "
-                        "--enable-priority-scheduling for long conversations' turns to go first)", url)
+        """What `--priority` does on this server (protocol.priority_order); every server must order alike."""
+        low_first = priority_order(url, info)
+        if low_first is None:
+            return
+        if self._priority_servers and low_first != self.low_priority_first:
+            raise ConfigError(f"--url {url}: schedule_low_priority_values_first={low_first}, unlike the other "
+                              "servers: --priority needs them all to order priorities the same way")
+        self.low_priority_first = low_first
+        self._priority_servers += 1
 
     def check_servers(self) -> None:
         """Before any prompt is sent: wait for each URL's /health, then check its server info; a

@@ -6,15 +6,18 @@ no EOS check), so every field we rely on is passed explicitly, stop ids from the
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from eagle3_synth.errors import TransientEngineError
+from eagle3_synth.errors import ConfigError, TransientEngineError
 from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.window import InFlightWindow
+
+log = logging.getLogger(__name__)
 
 # Besides 5xx, the statuses worth another try (SGLang's router retries the same).
 RETRIED_STATUS = frozenset({408, 429})
@@ -96,6 +99,23 @@ def sent_priority(priority: int | None, low_values_first: bool) -> dict[str, Any
     if priority is None:
         return {}
     return {"priority": -priority if low_values_first else priority}
+
+
+def priority_order(url: str, info: dict[str, Any]) -> bool | None:
+    """What a request's priority does on a server (sglang 0.5.23 srt/managers/scheduler.py:3520-3543):
+    with `enable_priority_scheduling` it orders the queue (returns whether low values go first);
+    without it the priority is ignored and the request served (None, and a warning), unless
+    `abort_on_priority_when_disabled`, which aborts every such request with 503 (refused here)."""
+    if info.get("enable_priority_scheduling") is True:
+        return info.get("schedule_low_priority_values_first") is True
+    if info.get("abort_on_priority_when_disabled") is True:
+        raise ConfigError(f"--url {url}: the server runs with --abort-on-priority-when-disabled and without "
+                          "--enable-priority-scheduling, so it aborts every request that has a priority: restart "
+                          "it with --enable-priority-scheduling, or drop --priority")
+    log.warning("%s runs without --enable-priority-scheduling: it serves each request and ignores its "
+                "priority, so --priority changes nothing there (start the server with "
+                "--enable-priority-scheduling for long conversations' turns to go first)", url)
+    return None
 
 
 def sglang_sampling_params(params: SamplingParams) -> dict[str, Any]:
