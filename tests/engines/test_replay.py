@@ -140,7 +140,7 @@ def test_a_malformed_line_is_named_by_its_line_number(tmp_path, line, what):
     with pytest.raises(ConfigError) as error:
         check_replay_file(path, PARAMS)
     assert str(error.value).startswith(f"replay record {path}:2: {what}")
-    # Played back without the check first (a file changed since, the Python API): the run stops the same way.
+    # Played back without the check first (the Python API, a check that kept nothing): the run stops the same way.
     with pytest.raises(EngineError) as error:
         replay(path, [GenerationRequest(1, [11]), GenerationRequest(0, [11])])
     assert str(error.value).startswith(f"sample_id 0: {path}:2 returned a result that breaks the contract: {what}")

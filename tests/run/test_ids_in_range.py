@@ -83,8 +83,8 @@ def test_a_leaked_prompt_is_refused_before_the_run(tmp_path, kimi_tokenizer, cap
 
 
 def test_a_run_stopped_by_a_bad_record_keeps_what_it_journaled(tmp_path, kimi_tokenizer, capsys, monkeypatch):
-    """A record only playback finds bad (here the file check is skipped, as for a file edited after
-    it): the run stops naming the sample and line, and keeps what it journaled before."""
+    """A record only playback finds bad (here the file check is skipped, so playback parses the file and
+    meets the bad record): the run stops naming the sample and line, and keeps what it journaled before."""
     import eagle3_synth.run.generate as generate_module
 
     monkeypatch.setattr(generate_module, "check_replay_file", lambda path, params, **kwargs: None)
