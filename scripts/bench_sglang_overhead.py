@@ -13,7 +13,16 @@ real SGLang 0.5.23 (CPU backend, bf16, the bundled tiny model) and through `eagl
 Each pair alternates (build, bare, build, bare ...), so neither always runs on a warmer machine.
 Prints Markdown rows for BENCHMARKS.md: wall seconds of each and their ratio (floor 1.15x).
 
-    python scripts/bench_sglang_overhead.py --sglang-python .venv-sglang/bin/python
+Generation must dominate for the ratio to mean what a real run sees: the bundled model ends its
+answers after ~30 tokens, so `--random-model` serves a copy of it with random weights (same
+tokenizer and template, `--layers`/`--hidden` of its own, seeded), whose greedy answers run to
+`--max-new-tokens` (a stop id is 2 of 2,048 ids). With two `--prompts` sizes, the fixed cost
+(imports, templating, engine start, assembly) and the per-sample one are told apart: the last
+lines give (build_big - build_small) / (bare_big - bare_small), what eagle3-synth adds to each
+sample's generation.
+
+    python scripts/bench_sglang_overhead.py --sglang-python .venv-sglang/bin/python \
+        --random-model --prompts 128 512 --max-new-tokens 256
 """
 
 from __future__ import annotations
@@ -62,6 +71,24 @@ if __name__ == "__main__":
 ''' % STOP
 
 
+def random_model(folder: Path, layers: int, hidden: int) -> Path:
+    """The bundled model's config, tokenizer and template with random weights (seed 0), saved in
+    bfloat16 by transformers (this interpreter's): answers that rarely stop before the cap."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(MODEL)
+    heads = max(1, hidden // config.head_dim)
+    config.update({"num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": hidden * 11 // 4,
+                   "num_attention_heads": heads, "num_key_value_heads": max(1, heads // 2)})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        shutil.copy(MODEL / name, folder / name)
+    return folder
+
+
 def write_prompts(path: Path, count: int) -> None:
     """Distinct single-turn chats, so the prefix cache shares only the template's opening."""
     with open(path, "w", encoding="utf-8") as handle:
@@ -79,20 +106,23 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float,
     return elapsed, done.stdout
 
 
-def build_command(eagle3_synth: str, prompts: Path, out: Path, max_new: int, window: int, engine: list[str]) -> list[str]:
-    return [eagle3_synth, "build", CONFIG, "--model", str(MODEL), "--prompts", str(prompts), "--temperature", "0",
+def build_command(eagle3_synth: str, model: Path, prompts: Path, out: Path, max_new: int, window: int,
+                  engine: list[str]) -> list[str]:
+    return [eagle3_synth, "build", CONFIG, "--model", str(model), "--prompts", str(prompts), "--temperature", "0",
             "--max-new-tokens", str(max_new), "--dtype", "bfloat16", "--max-in-flight", str(window), "--out", str(out),
             *engine]
 
 
-def prompt_ids(out: Path) -> list[list[int]]:
+def built_rows(out: Path) -> tuple[list[list[int]], int]:
+    """The build's prompt ids (in sample order) and how many output ids it wrote."""
     import pyarrow.parquet as pq
 
     rows = [row for f in sorted((out / CONFIG).glob("train-*.parquet")) for row in pq.read_table(f).to_pylist()]
-    return [row["prompt_ids"] for row in sorted(rows, key=lambda r: r["sample_id"])]
+    rows.sort(key=lambda r: r["sample_id"])
+    return [row["prompt_ids"] for row in rows], sum(len(row["output_ids"]) for row in rows)
 
 
-def bare_http(url: str, prompts: list[list[int]], window: int, max_new: int) -> float:
+def bare_http(url: str, prompts: list[list[int]], window: int, max_new: int) -> tuple[float, int]:
     import asyncio
 
     import aiohttp
@@ -106,12 +136,12 @@ def bare_http(url: str, prompts: list[list[int]], window: int, max_new: int) -> 
                                                                   "stop_token_ids": STOP}}
                     async with session.post(url + "/generate", json=body) as response:
                         assert response.status == 200, await response.text()
-                        await response.json()
-            await asyncio.gather(*(one(ids) for ids in prompts))
+                        return len((await response.json())["output_ids"])
+            return sum(await asyncio.gather(*(one(ids) for ids in prompts)))
 
     started = time.perf_counter()
-    asyncio.run(run())
-    return time.perf_counter() - started
+    tokens = asyncio.run(run())
+    return time.perf_counter() - started, tokens
 
 
 def flush_cache(url: str) -> None:
@@ -123,52 +153,78 @@ def flush_cache(url: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sglang-python", required=True, help="the SGLang venv's interpreter (make sglang-venv)")
-    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--prompts", type=int, nargs="+", default=[256], help="one or two sizes (two: fixed vs per-sample)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--window", type=int, default=64, help="requests in flight, both sides")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--skip", choices=("engine", "http"), help="leave one of the two out")
+    parser.add_argument("--random-model", action="store_true", help="serve a random-weight copy (answers run to the cap)")
+    parser.add_argument("--layers", type=int, default=4, help="--random-model's layers")
+    parser.add_argument("--hidden", type=int, default=256, help="--random-model's hidden size")
     args = parser.parse_args()
     sglang_bin = Path(args.sglang_python).parent
     work = Path(tempfile.mkdtemp(prefix="bench-sglang-"))
-    prompts = work / "prompts.jsonl"
-    write_prompts(prompts, args.prompts)
+    model = random_model(work / "model", args.layers, args.hidden) if args.random_model else MODEL
+    described = f"random weights, {args.layers} layers, hidden {args.hidden}" if args.random_model else "tiny-kimi"
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; "
-          f"{args.prompts} prompts, greedy, max_new_tokens {args.max_new_tokens}, window {args.window}")
-    print("| path | pass | build s | bare s | build / bare | output tokens |")
-    print("|---|---|---|---|---|---|")
+          f"model {described}; greedy, max_new_tokens {args.max_new_tokens}, window {args.window}")
+    print("| path | prompts | pass | build s | bare s | build / bare | output tokens (build / bare) | load |")
+    print("|---|---|---|---|---|---|---|---|")
+    walls: dict[tuple[str, int], list[tuple[float, float]]] = {}
+
+    def report(path: str, size: int, i: int, build_s: float, bare_s: float, tokens: tuple[int, int]) -> None:
+        walls.setdefault((path, size), []).append((build_s, bare_s))
+        print(f"| {path} | {size} | {i + 1} | {build_s:.1f} | {bare_s:.1f} | {build_s / bare_s:.3f}x | "
+              f"{tokens[0]} / {tokens[1]} | {os.getloadavg()[0]:.2f} |", flush=True)
+
     engine_args = [a for k, v in ENGINE_ARGS.items() if k != "dtype" for a in ("--engine-arg", f"{k}={v}")]
-    if args.skip != "engine":
-        for i in range(args.repeat):
-            out = work / f"engine-{i}"
-            build_s, _ = timed(build_command(str(sglang_bin / "eagle3-synth"), prompts, out, args.max_new_tokens,
-                                             args.window, ["--engine", "sglang", *engine_args]), CPU_ENV)
-            ids = prompt_ids(out)
-            (work / "ids.json").write_text(json.dumps(ids))
-            (work / "bare_engine.py").write_text(BARE_ENGINE)
-            bare_s, printed = timed([str(sglang_bin / "python"), str(work / "bare_engine.py"), str(work / "ids.json"),
-                                     json.dumps(ENGINE_ARGS), str(args.window), str(args.max_new_tokens), str(MODEL)],
-                                    CPU_ENV)
-            tokens = json.loads(printed.splitlines()[-1])["tokens"]
-            print(f"| in-process (`--engine sglang`) | {i + 1} | {build_s:.1f} | {bare_s:.1f} | {build_s / bare_s:.3f}x | {tokens} |",
-                  flush=True)
+    for size in args.prompts:
+        prompts = work / f"prompts-{size}.jsonl"
+        write_prompts(prompts, size)
+        if args.skip != "engine":
+            path = "in-process (`--engine sglang`)"
+            for i in range(args.repeat):
+                out = work / f"engine-{size}-{i}"
+                build_s, _ = timed(build_command(str(sglang_bin / "eagle3-synth"), model, prompts, out,
+                                                 args.max_new_tokens, args.window,
+                                                 ["--engine", "sglang", *engine_args]), CPU_ENV)
+                ids, built_tokens = built_rows(out)
+                (work / "ids.json").write_text(json.dumps(ids))
+                (work / "bare_engine.py").write_text(BARE_ENGINE)
+                bare_s, printed = timed([str(sglang_bin / "python"), str(work / "bare_engine.py"),
+                                         str(work / "ids.json"), json.dumps(ENGINE_ARGS), str(args.window),
+                                         str(args.max_new_tokens), str(model)], CPU_ENV)
+                report(path, size, i, build_s, bare_s, (built_tokens, json.loads(printed.splitlines()[-1])["tokens"]))
+                shutil.rmtree(out, ignore_errors=True)
     if args.skip != "http":
         sys.path.insert(0, str(ROOT))
         from tests.support.real_sglang import RealServer  # the test suite's server: started and stopped by pid
 
         os.environ["EAGLE3_SYNTH_SGLANG_PYTHON"] = args.sglang_python
-        with RealServer(work / "server.log") as server:
-            for i in range(args.repeat):
-                out = work / f"http-{i}"
-                flush_cache(server.url)
-                build_s, _ = timed(build_command(str(ROOT / ".venv" / "bin" / "eagle3-synth"), prompts, out,
-                                                 args.max_new_tokens, args.window,
-                                                 ["--engine", "sglang-http", "--url", server.url]))
-                ids = prompt_ids(out)
-                flush_cache(server.url)
-                bare_s = bare_http(server.url, ids, args.window, args.max_new_tokens)
-                print(f"| HTTP (`--engine sglang-http`, one server) | {i + 1} | {build_s:.1f} | {bare_s:.1f} | "
-                      f"{build_s / bare_s:.3f}x | |", flush=True)
+        path = "HTTP (`--engine sglang-http`, one server)"
+        with RealServer(work / "server.log", model) as server:
+            for size in args.prompts:
+                for i in range(args.repeat):
+                    out = work / f"http-{size}-{i}"
+                    flush_cache(server.url)
+                    build_s, _ = timed(build_command(str(ROOT / ".venv" / "bin" / "eagle3-synth"), model,
+                                                     work / f"prompts-{size}.jsonl", out, args.max_new_tokens,
+                                                     args.window, ["--engine", "sglang-http", "--url", server.url]))
+                    ids, built_tokens = built_rows(out)
+                    flush_cache(server.url)
+                    bare_s, bare_tokens = bare_http(server.url, ids, args.window, args.max_new_tokens)
+                    report(path, size, i, build_s, bare_s, (built_tokens, bare_tokens))
+                    shutil.rmtree(out, ignore_errors=True)
+    if len(args.prompts) == 2:
+        small, big = args.prompts
+        for (path, size), _ in walls.items():
+            if size != big or (path, small) not in walls:
+                continue
+            mean = {n: [sum(pair[k] for pair in walls[(path, n)]) / len(walls[(path, n)]) for k in (0, 1)]
+                    for n in (small, big)}
+            slope = (mean[big][0] - mean[small][0]) / (mean[big][1] - mean[small][1])
+            print(f"# {path}: per-sample cost over {big - small} more prompts, build / bare = {slope:.3f}x "
+                  f"(fixed part of a build: {mean[small][0] - slope * mean[small][1]:+.1f} s)")
     shutil.rmtree(work, ignore_errors=True)
 
 

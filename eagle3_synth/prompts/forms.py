@@ -32,7 +32,6 @@ class Renders(Protocol):
     def render(self, conversation: Conversation, *, form: "MessageForm | None" = None) -> str: ...
 
 CONTENT_FORMS = ("as_given", "empty")
-ARGUMENT_FORMS = ("as_given", "object", "string")
 
 
 @dataclass(frozen=True)

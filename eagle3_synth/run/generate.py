@@ -241,9 +241,11 @@ def run_meta(spec: RunSpec, options: RunOptions, setup: RunSetup) -> dict[str, A
 def engine_description(spec: RunSpec, options: RunOptions) -> str:
     """The engine a run would start, in words (a dry run's report)."""
     engine = engine_options(spec, options)
+    dtype = [f"dtype {engine.dtype}"] if engine.dtype else []  # the resolved one (engines/dtypes.py), never `auto`
     parts = {
-        "transformers": [f"model {engine.model}", f"device {engine.device or 'cpu'}", f"batch size {engine.batch_size}"],
-        "sglang": [f"model {engine.model}"] + [f"{k}={v}" for k, v in sorted(engine.engine_args.items())],
+        "transformers": [f"model {engine.model}", *dtype, f"device {engine.device or 'cpu'}",
+                         f"batch size {engine.batch_size}"],
+        "sglang": [f"model {engine.model}", *dtype] + [f"{k}={v}" for k, v in sorted(engine.engine_args.items())],
         "sglang-http": [f"url {url}" for url in engine.urls],
         "replay": [f"results from {engine.replay_file}"],
     }.get(options.engine, [])

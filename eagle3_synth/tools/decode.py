@@ -12,7 +12,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from eagle3_synth.contract.boundaries import reasoning_end
 from eagle3_synth.contract.profiles import PROFILES, MarkerIds, ModelProfile, resolve_markers
 from eagle3_synth.prompts.history import decode_text, history_message
 
@@ -44,14 +43,6 @@ def display_text(tokenizer: Any, ids: Sequence[int], *, show_ids: bool = False) 
     if run:
         parts.append(decode_ids(tokenizer, run))
     return "".join(parts)
-
-
-def reasoning_span(row: dict[str, Any]) -> tuple[int, int] | None:
-    """[start, end) of the reasoning text in output_ids (markers excluded), None without reasoning."""
-    start = row["reasoning_start"]
-    if start < 0:
-        return None
-    return start, reasoning_end(row["think_end"], row["response_start"], len(row["output_ids"]))
 
 
 # Markers resolved once per (tokenizer, profile): resolving reads the whole vocabulary.

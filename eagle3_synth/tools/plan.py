@@ -34,7 +34,6 @@ class Measured:
 
     config: str
     cap: int
-    rollouts_done: int
     mean_output_tokens: float
     output_tokens: int  # every journaled result's
     session_seconds: float  # summed over the sessions that generated these results
@@ -77,7 +76,7 @@ def measure(run_dir: str) -> Measured:
     pick = done if done.any() else started
     if not pick.any():
         raise ConfigError(f"{run_dir}: nothing generated yet; let it run (or a pilot with --limit), then plan")
-    return Measured(config=config, cap=get_config(config).cap, rollouts_done=int(done.sum()),
+    return Measured(config=config, cap=get_config(config).cap,
                     mean_output_tokens=float(tokens_per_rollout[states.rollout[pick]].mean()),
                     output_tokens=int(completion.sum()), session_seconds=_session_seconds(run, index))
 

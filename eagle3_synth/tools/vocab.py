@@ -42,9 +42,6 @@ from eagle3_synth.prompts.prepare import model_config_value
 from eagle3_synth.tools.files import unique_temporary
 from eagle3_synth.tools.training import TRAIN_ON, TrainOn, masked_output_starts
 
-# What each trainer loads, by name; `write_mappings` writes them all.
-TRAINERS = ("specforge", "speculators", "modelopt")
-
 
 def model_vocab_size(folder: str | Path) -> int | None:
     """`vocab_size` (embedding rows) of a model folder's config.json; None without one."""

@@ -21,7 +21,6 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.contract.row import COLUMNS, FEATURES
 
 LIST_COLUMNS = tuple(name for name in COLUMNS if FEATURES.arrow_schema.field(name).type.num_fields)
-SCALAR_COLUMNS = tuple(name for name in COLUMNS if name not in LIST_COLUMNS)
 
 _COMPARE: dict[type, Callable[[object, object], object]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,

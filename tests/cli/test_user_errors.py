@@ -355,6 +355,17 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(built, tmp_path, capsys):
     assert "4 rollouts kept" in capsys.readouterr().out and not run.exists()
 
 
+def test_a_dry_run_names_the_dtype_the_engine_would_run(tmp_path, capsys):
+    """The resolved dtype, never SGLang's `auto`: the checkpoint's own (tiny-kimi is float32), or --dtype."""
+    args = ["build", CONFIG, "--model", str(TINY_MODEL), "--engine", "transformers", "--out", str(tmp_path / "o"),
+            "--dry-run"]
+    assert main(args) == 0
+    engine = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  engine: "))
+    assert engine == f"  engine: transformers (model {TINY_MODEL}, dtype float32, device cpu, batch size 8)"
+    assert main([*args, "--dtype", "bfloat16"]) == 0
+    assert "dtype bfloat16, device cpu" in capsys.readouterr().out
+
+
 def test_a_dry_run_of_a_started_run_says_where_it_stands(built, tmp_path, capsys):
     w = tmp_path / "w"
     shutil.copytree(built, w)

@@ -53,10 +53,11 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def is_stopped(process: multiprocessing.process.BaseProcess) -> bool:
-    """Whether the process is stopped by a signal (state T in /proc/PID/stat, Linux)."""
+def is_stopped(process: multiprocessing.process.BaseProcess | int) -> bool:
+    """Whether the process (or pid) is stopped by a signal (state T in /proc/PID/stat, Linux)."""
+    pid = process if isinstance(process, int) else process.pid
     try:
-        with open(f"/proc/{process.pid}/stat", "rb") as handle:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
             return handle.read().rsplit(b")", 1)[1].split()[0] == b"T"
     except (OSError, IndexError):
         return False

@@ -20,6 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,25 @@ def get(url: str, timeout: float = 10.0, headers: dict[str, str] | None = None) 
         return exc.code, exc.read()
 
 
+def wait_for_health(process: subprocess.Popen, url: str, what: str, log_tail: Callable[[], str],
+                    stop: Callable[[], None], headers: dict[str, str] | None = None) -> None:
+    """Poll `url`/health until it answers 200; fail naming `what` with its log's tail if `process`
+    exits first, or (after `stop()`) if START_TIMEOUT_S passes: a hang detector, never an assertion."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"{what} exited with {process.returncode} while starting:\n{log_tail()}")
+        try:
+            if get(url + "/health", timeout=5.0, headers=headers)[0] == 200:
+                return
+        except OSError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            stop()
+            pytest.fail(f"{what} did not answer /health within {START_TIMEOUT_S}s:\n{log_tail()}")
+        time.sleep(0.5)
+
+
 class RealServer:
     """`python -m sglang.launch_server` on a free loopback port, in a session of its own.
 
@@ -96,20 +116,8 @@ class RealServer:
         return self
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"the SGLang server exited with {self.process.returncode} while starting:\n{self.log_tail()}")
-            try:
-                if get(self.url + "/health", timeout=5.0, headers=headers)[0] == 200:
-                    return
-            except OSError:
-                pass  # not listening yet
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"the SGLang server did not answer /health within {START_TIMEOUT_S}s:\n{self.log_tail()}")
-            time.sleep(0.5)
+        wait_for_health(self.process, self.url, "the SGLang server", self.log_tail, self.stop, headers)
 
     def server_info(self) -> dict:
         status, body = get(self.url + "/server_info")

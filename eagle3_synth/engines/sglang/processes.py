@@ -90,7 +90,7 @@ def kill_only(module: Any, owned: set[int]) -> Iterator[None]:
 def kill_trees(owned: set[int]) -> None:
     """SIGKILL each owned process and its descendants (an engine that died or never started)."""
     for pid in sorted(owned):
-        for descendant in sorted(_descendants(pid)) + [pid]:
+        for descendant in sorted(descendants(pid)) + [pid]:
             try:
                 os.kill(descendant, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -101,7 +101,8 @@ def kill_trees(owned: set[int]) -> None:
             pass
 
 
-def _descendants(pid: int) -> set[int]:
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (children, theirs, ...), read from /proc."""
     found, frontier = set(), {pid}
     while frontier:
         children = set().union(*(child_pids(p) for p in frontier)) - found

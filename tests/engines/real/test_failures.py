@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from eagle3_synth.cli import EXIT_RESUMABLE, main
-from eagle3_synth.engines.sglang.processes import child_pids
+from eagle3_synth.engines.sglang.processes import descendants
 from eagle3_synth.run.kill_points import KILL_ENV
 
 from ...support.cli_processes import config_rows
-from ...support.process_control import wait_until
+from ...support.process_control import is_stopped, wait_until
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_python
 from ...support.row_parity import assert_same_rows
 
@@ -29,21 +29,6 @@ CONFIG = "B1_glaive"  # six bundled prompts
 GREEDY = ["--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "256", "--dtype", "bfloat16"]
 STOP_AFTER_TWO = {KILL_ENV: "journal.after_write:2:STOP"}
 HANG = 600  # a hang detector for a whole CLI run, never what a test asserts
-
-
-def is_stopped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"T"
-    except (OSError, IndexError):
-        return False
-
-
-def descendants(pid: int) -> set[int]:
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = set().union(*(child_pids(p) for p in frontier)) - found
-        found |= frontier
-    return found
 
 
 def named(pids: set[int], prefix: str) -> list[int]:

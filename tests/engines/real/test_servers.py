@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -14,7 +13,8 @@ from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 
 from ...support.cli_processes import config_rows
-from ...support.real_sglang import START_TIMEOUT_S, STOP_TIMEOUT_S, TINY_MODEL, RealServer, free_port, get, sglang_env, sglang_python
+from ...support.real_sglang import (STOP_TIMEOUT_S, TINY_MODEL, RealServer, free_port, sglang_env, sglang_python,
+                                   wait_for_health)
 from ...support.row_parity import assert_same_rows
 
 pytestmark = pytest.mark.slow
@@ -51,19 +51,8 @@ class Router:
                    "--request-timeout-secs", "86400", "--disable-retries"]
         with open(self.log, "wb") as handle:
             self.process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=sglang_env())
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"the router exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if get(self.url + "/health", timeout=5.0)[0] == 200:
-                    return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.__exit__()
-                pytest.fail(f"the router did not answer /health within {START_TIMEOUT_S}s")
-            time.sleep(0.5)
+        wait_for_health(self.process, self.url, "the router", lambda: self.log.read_text()[-3000:], self.__exit__)
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
