@@ -79,7 +79,8 @@ $(SF_DONE): scripts/specforge-requirements.txt
 
 specforge-venv: $(SF_DONE)
 
-# The real SGLang 0.5.23 on the CPU backend (Xeon with AMX, bf16), in a virtual environment of its own:
+# The real SGLang 0.5.23 on the CPU backend (bf16; AMX kernels on a Xeon with AMX, x86-64-v3 ones on any
+# other AVX2 CPU: scripts/sglang_cpu/build_kernels.py), in a virtual environment of its own:
 # it pins torch==2.14.1 (PyPI's CUDA build, which runs on a CPU: the local +cpu torch cannot serve,
 # sglang imports torchvision and PyPI's is CUDA-linked) and transformers==5.19.0. sglang itself with
 # --no-deps, then its requirements less the CUDA-only ones (scripts/sglang-requirements.txt says

@@ -13,13 +13,22 @@ Why a build of our own (`../shared/SGLANG_CPU.md` has the measurements):
   torch that sglang needs on a machine without CUDA, so the same sources are compiled with
   `torch.utils.cpp_extension.CppExtension` and the same flags (CMakeLists.txt:101-124, 133-143:
   x86-64-v4, AVX512-BF16/VNNI, AMX, OpenMP, `SGLANG_CPU_FP8_CVT_FTZ`, libnuma);
+- the source compiles for one of two targets, chosen by this machine's CPU (`build_target`): where
+  /proc/cpuinfo lists every feature its x86_64 options compile for (AVX-512 F/BW/CD/DQ/VL,
+  AVX512-BF16, AVX512-VNNI, AMX tile/bf16/int8: Sapphire Rapids and later), those options; on any
+  other x86-64 CPU (an AMD EPYC with AVX2, an older Xeon), where that build stops at import with
+  "Illegal instruction", the same sources for x86-64-v3 (AVX2, FMA) without the AVX-512/AMX options:
+  `vec.h:3-5` then leaves `CPU_CAPABILITY_AVX512` undefined, every kernel takes the at::vec path
+  the source keeps for CPUs without it (what its aarch64 build runs), and SGLang's Python, which
+  finds no AMX (`srt/utils/common.py:371`), runs its layers' `forward_native` (torch) instead of
+  most of these kernels (e.g. `srt/layers/layernorm.py:886`). Slower, the same SGLang;
 - the tarball's source (upstream 6127d1da) is older than 0.5.23's Python: the two attention ops'
   schemas differ (attention_0_5_23.cpp beside this file says how, and what it refuses).
   `rename_attention_registrations` renames the source's own two registrations; nothing else of
   the source is changed.
 
 The build (5-8 min on 2 cores) is cached outside the checkout, keyed by the source's sha256, the
-compatibility file's sha256, torch's version and Python's ABI:
+compatibility file's sha256, the target's compile options, torch's version and Python's ABI:
 `$EAGLE3_SYNTH_CACHE` (default `~/.cache/eagle3-synth`)`/sgl-kernel-cpu/<key>/sgl_kernel/`. A
 machine builds it once; `install` copies the cached package into the venv's site-packages.
 """
@@ -44,10 +53,31 @@ COMPAT = HERE / "attention_0_5_23.cpp"
 # The suffix the source's own registrations of the two ops get (the source's upstream commit).
 OLD_SUFFIX = "_6127d1da"
 RENAMED_OPS = ("decode_attention_cpu", "extend_attention_cpu")
-# csrc/cpu/CMakeLists.txt:101-124 (x86_64) and :133-143: the compile options and definitions.
+# csrc/cpu/CMakeLists.txt:109-131 (x86_64): the compile options and definitions.
 CXX_FLAGS = ["-O3", "-g0", "-Wno-unknown-pragmas", "-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni",
              "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-fopenmp", "-DSGLANG_CPU_FP8_CVT_FTZ"]
 LINK_FLAGS = ["-fopenmp", "-lnuma"]
+# The /proc/cpuinfo flags those options compile for (x86-64-v4 is AVX-512 F/BW/CD/DQ/VL).
+AMX_FEATURES = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16", "avx512_vnni",
+                "amx_tile", "amx_bf16", "amx_int8")
+# The portable build: the same options less the AVX-512/AMX ones, for x86-64-v3 (any AVX2 CPU).
+PORTABLE_FLAGS = ["-O3", "-g0", "-Wno-unknown-pragmas", "-march=x86-64-v3", "-fopenmp", "-DSGLANG_CPU_FP8_CVT_FTZ"]
+
+
+def cpu_flags() -> set[str]:
+    """This machine's CPU feature flags (the first `flags` line of /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            return next((set(line.split(":", 1)[1].split()) for line in handle if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def build_target(flags: set[str] | None = None) -> tuple[str, list[str]]:
+    """("amx", []) where the CPU has every AMX_FEATURES flag, else ("portable", the missing ones)."""
+    flags = cpu_flags() if flags is None else flags
+    missing = [name for name in AMX_FEATURES if name not in flags]
+    return ("portable", missing) if missing else ("amx", [])
 
 
 def sha256_file(path: Path) -> str:
@@ -104,19 +134,21 @@ def rename_attention_registrations(source: str) -> str:
     return source
 
 
-def cache_key(source_sha: str) -> str:
+def cache_key(source_sha: str, target: str) -> str:
     import torch
 
-    parts = f"{source_sha}:{sha256_file(COMPAT)}:{torch.__version__}:{sysconfig.get_config_var('SOABI')}"
-    return f"{source_sha[:12]}-torch{torch.__version__.split('+')[0]}-{hashlib.sha256(parts.encode()).hexdigest()[:12]}"
+    flags = " ".join(CXX_FLAGS if target == "amx" else PORTABLE_FLAGS)
+    parts = f"{source_sha}:{sha256_file(COMPAT)}:{flags}:{torch.__version__}:{sysconfig.get_config_var('SOABI')}"
+    digest = hashlib.sha256(parts.encode()).hexdigest()[:12]
+    return f"{source_sha[:12]}-torch{torch.__version__.split('+')[0]}-{target}-{digest}"
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("EAGLE3_SYNTH_CACHE") or Path.home() / ".cache" / "eagle3-synth") / "sgl-kernel-cpu"
 
 
-def compile_package(source: Path, work: Path) -> Path:
-    """Compile common_ops next to a copy of python/sgl_kernel; returns that package folder."""
+def compile_package(source: Path, work: Path, target: str) -> Path:
+    """Compile common_ops for `target` next to a copy of python/sgl_kernel; returns that package folder."""
     from setuptools import Distribution
     from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -133,7 +165,7 @@ def compile_package(source: Path, work: Path) -> Path:
         name="sgl_kernel.common_ops",
         sources=[str(p) for p in sources],
         include_dirs=[str(source / "csrc"), str(source / "include"), str(cpu)],
-        extra_compile_args=CXX_FLAGS,
+        extra_compile_args=CXX_FLAGS if target == "amx" else PORTABLE_FLAGS,
         extra_link_args=LINK_FLAGS,
     )
     package = work / "build" / "sgl_kernel"
@@ -158,7 +190,11 @@ def build(tarball: Path) -> Path:
     so a build that stopped half-way (an error, a killed job) compiles only what it had not."""
     with tempfile.TemporaryDirectory(prefix="sgl-kernel-") as tmp:
         source, source_sha = find_source(tarball, Path(tmp) / "src")
-        target = cache_root() / cache_key(source_sha)
+        kind, missing = build_target()
+        if missing:
+            print(f"sgl_kernel (CPU): this CPU lacks {', '.join(missing)}: the source's portable build "
+                  "(x86-64-v3: no AVX-512/AMX code, the kernels' at::vec paths)", flush=True)
+        target = cache_root() / cache_key(source_sha, kind)
         if (target / "sgl_kernel").is_dir():
             print(f"sgl_kernel (CPU): cached build {target}")
             return target / "sgl_kernel"
@@ -167,7 +203,7 @@ def build(tarball: Path) -> Path:
         # The same path every time: ninja's record of what it compiled names the sources by path.
         shutil.copytree(source, work / "src", dirs_exist_ok=True)  # copy2: the sources' times kept
         shutil.rmtree(work / "build", ignore_errors=True)
-        package = compile_package(work / "src", work)
+        package = compile_package(work / "src", work, kind)
         staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=cache_root()))
         shutil.copytree(package, staging / "sgl_kernel")
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,9 @@ import json
 from sglang.srt.server_args import ServerArgs
 from eagle3_synth.engines.sglang.args import server_args_fields, type_engine_args
 
-typed = type_engine_args({"tp_size": "2", "mem_fraction_static": "0.8", "schedule_policy": "lpm",
-                          "cuda_graph_bs_decode": "[1, 2]"}, server_args_fields(ServerArgs))
+# The values as `--engine-arg KEY=VALUE` hands them on (VALUE read as JSON where it parses).
+typed = type_engine_args({"tp_size": 2, "mem_fraction_static": 0.8, "schedule_policy": "lpm",
+                          "cuda_graph_bs_decode": [1, 2]}, server_args_fields(ServerArgs))
 args = ServerArgs(model_path="/models/x", **typed)
 print(json.dumps([typed, [args.tp_size, args.mem_fraction_static, args.schedule_policy, args.cuda_graph_bs_decode]]))
 """
