@@ -4,6 +4,13 @@ A shard is done only when datatrove marked its rank complete (`completions/<rank
 folder, datatrove/executor/base.py:165,177) AND our journal has a result for every one of its
 rollouts: the marker alone says the task returned, the journal says the work is there. A marker
 without the results (a task that returned early) counts as failed, never as done.
+
+A run whose shards were started by hand (`generate --shard-index I --num-shards N` from an sbatch
+array or a shell loop) has no launch record, markers or scheduler: there the journal and the shard
+locks say it all (`journal_record`): done = every rollout of the shard has its result; running = a
+live lock holds the shard (`run/lock.py`: a process of this host that is alive, or one elsewhere
+whose lease has not expired); stopped = results but neither (killed, out of time: run it again to
+resume); pending = nothing yet.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from eagle3_synth.run.shards import Shard
 LAUNCH_DIR = "launch"  # under the run directory: one datatrove logging folder per shard count
 LAUNCH_FILE = "launch.json"  # ours, in that folder: the config, executor and every submission
 DONE, RUNNING, FAILED_STATE, PENDING = "done", "running", "failed", "pending"
+STOPPED = "stopped"  # a shard started by hand with results, unfinished, that no live process holds
+BY_HAND = "by hand"  # the executor of a run whose shards were started without `launch`
 
 
 def launch_folder(run_dir: str, tasks: int) -> str:
@@ -53,6 +62,7 @@ class ShardStatus:
     marked: bool  # datatrove's completion marker exists
     span: tuple[float, float] | None = None  # first session's start, last journal write (epoch seconds)
     scheduler: str | None = None  # the scheduler's word for the task (Slurm: RUNNING, FAILED ...), if known
+    locked: bool = False  # a live shard lock holds it (read for shards started by hand only)
     state: str = PENDING
     log: str = ""  # the file to read about this task
 
@@ -88,11 +98,13 @@ class LaunchStatus:
         spans = [s.span for s in self.shards if s.span]
         wall = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
         rate = sum(s.results for s in self.shards) / wall if wall > 0 else 0.0
-        counts = ", ".join(f"{len(self.named(state))} {state}" for state in (DONE, RUNNING, FAILED_STATE, PENDING))
+        states = (DONE, RUNNING, STOPPED, PENDING) if self.executor == BY_HAND else (DONE, RUNNING, FAILED_STATE, PENDING)
+        counts = ", ".join(f"{len(self.named(state))} {state}" for state in states)
         eta = format_duration((total - done) / rate) if rate and done < total else ("0s" if done >= total else "unknown")
         progress = (f"{done}/{total} samples, {rate:.2f} samples/s, ETA {eta}" if self.prepared
                     else "prompts not prepared yet (the first tasks prepare them)")
-        lines = [f"{self.config}: {self.tasks} shards via {self.executor} ({counts}); {progress}"]
+        how = "started by hand" if self.executor == BY_HAND else f"via {self.executor}"
+        lines = [f"{self.config}: {self.tasks} shards {how} ({counts}); {progress}"]
         width = len(str(self.tasks - 1))
         for s in self.shards:
             extra = f", {s.failed_samples} failed samples" if s.failed_samples else ""
@@ -101,22 +113,44 @@ class LaunchStatus:
                     f"{s.rate:.2f} samples/s{extra}{scheduler}")
             if s.state == FAILED_STATE:
                 line += f"; log: {s.log}"
+            elif s.state == STOPPED:
+                line += "; no process holds it: run its generate command again to resume"
             lines.append(line)
         return lines
 
 
-def read_launch_record(run_dir: str, tasks: int | None = None) -> dict:
-    """The launch record of `run_dir` (the one of `tasks` shards, else the latest launched)."""
+def read_launch_record(run_dir: str, tasks: int | None = None) -> dict | None:
+    """The launch record of `run_dir` (the one of `tasks` shards, else the latest launched); None
+    where `launch` never ran (see `journal_record`)."""
     run = RunDirectory(run_dir)
     folders = sorted(run.fs.glob(posixpath.join(run.root, LAUNCH_DIR, "tasks-*", LAUNCH_FILE)),
                      key=lambda path: run.fs.modified(path))
     if tasks is not None:
         folders = [path for path in folders if posixpath.basename(posixpath.dirname(path)) == f"tasks-{tasks}"]
     if not folders:
-        raise ConfigError(f"{run_dir}: nothing was launched here (no {LAUNCH_DIR}/tasks-N/{LAUNCH_FILE}); "
-                          "eagle3-synth launch CONFIG --run-dir RUN_DIR starts it")
+        return None
     with run.fs.open(folders[-1], "rb") as handle:
         return json.loads(handle.read())
+
+
+def journal_record(run_dir: str, tasks: int | None = None) -> dict:
+    """A record like `launch`'s for a run whose shards were started by hand: the config from
+    run.json; the shard count `tasks`, else that of the live shard locks, else that of the journal's
+    latest session (1 where nothing was generated yet)."""
+    run = RunDirectory(run_dir)
+    if not run.exists():
+        raise ConfigError(f"{run_dir}: nothing was launched or generated here (no {LAUNCH_DIR}/tasks-N/{LAUNCH_FILE}, "
+                          "no run.json); eagle3-synth launch CONFIG --run-dir RUN_DIR starts it")
+    config = run.read_run_file()["fields"]["config"]
+    if tasks is None:
+        live = sorted({shard.count for shard, _, _ in run.generators()})
+        if live:
+            tasks = live[-1]
+        else:
+            sessions = [h for h in _headers(run, run.scan().files) if h] if run.prompts_ready else []
+            latest = max(sessions, key=lambda h: h.get("started", ""), default=None)
+            tasks = int(latest.get("num_shards", 1)) if latest else 1
+    return {"config": config, "tasks": tasks, "executor": BY_HAND, "submissions": []}
 
 
 def _parse_time(text: str) -> float:
@@ -136,6 +170,8 @@ def shard_statuses(run_dir: str, config: str, tasks: int, executor: str,
     status.prepared = ready
     index = run.scan() if ready else None
     slots = run.prompt_slots() if ready else None
+    by_hand = executor == BY_HAND
+    locked = {shard.index for shard, _, _ in run.generators() if shard.count == tasks} if by_hand else set()
     per_file = (np.bincount(index.file_index, minlength=len(index.files)) if index is not None and len(index.files)
                 else np.zeros(0, dtype=np.int64))
     files_by_shard: dict[int, list[int]] = {}
@@ -161,8 +197,8 @@ def shard_statuses(run_dir: str, config: str, tasks: int, executor: str,
         marked = fs.exists(posixpath.join(root, completion_marker(rank)))
         shard = ShardStatus(index=rank, rollouts=rollouts, done=done, failed_samples=failed, results=results,
                             seconds=seconds, span=span, marked=marked, scheduler=(scheduler or {}).get(rank),
-                            log=posixpath.join(folder, task_log(rank)))
-        shard.state = _state(shard, ready, finished)
+                            locked=rank in locked, log=posixpath.join(folder, task_log(rank)))
+        shard.state = _by_hand_state(shard, ready) if by_hand else _state(shard, ready, finished)
         status.shards.append(shard)
     return status
 
@@ -194,6 +230,16 @@ def _state(shard: ShardStatus, ready: bool, finished: bool) -> str:
     if finished or (word and word not in SCHEDULER_ACTIVE):  # ended (COMPLETED without the results counts too)
         return FAILED_STATE if shard.results or word else PENDING
     return RUNNING if shard.results else PENDING
+
+
+def _by_hand_state(shard: ShardStatus, ready: bool) -> str:
+    """done: every rollout has its result; running: a live lock holds it; stopped: results and no
+    live lock; else pending."""
+    if ready and shard.covered:
+        return DONE
+    if shard.locked:
+        return RUNNING
+    return STOPPED if shard.results else PENDING
 
 
 def _headers(run: RunDirectory, files: list[str]) -> list[dict | None]:

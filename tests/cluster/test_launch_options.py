@@ -32,10 +32,3 @@ def test_launch_needs_a_run_directory(tmp_path, kimi_tokenizer, capsys):
     code, printed = run_cli(["launch", KIMI_CONFIG, *generation, "--executor", "local", "--tasks", "2"], capsys)
     assert code == 2
     assert "eagle3-synth launch: error: launch needs --run-dir URL: the run directory every task journals into" in printed
-
-
-def test_status_of_a_folder_never_launched(tmp_path, capsys):
-    code, printed = run_cli(["status", str(tmp_path)], capsys)
-    assert code == 2
-    assert (f"eagle3-synth status: error: {tmp_path}: nothing was launched here (no launch/tasks-N/launch.json); "
-            "eagle3-synth launch CONFIG --run-dir RUN_DIR starts it") in printed
