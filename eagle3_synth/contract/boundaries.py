@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from eagle3_synth.contract.markers import find_last_marker, find_marker
 from eagle3_synth.contract.profiles import MarkerIds
 
@@ -35,8 +37,6 @@ def reasoning_end(think_end: Any, response_start: Any, length: Any) -> Any:
 
     The one statement of that rule: works on ints (one row) and on numpy arrays (a column).
     """
-    import numpy as np
-
     if isinstance(think_end, np.ndarray):
         return np.where(think_end >= 0, think_end, np.where(response_start >= 0, response_start, length))
     return think_end if think_end >= 0 else (response_start if response_start >= 0 else length)
@@ -88,7 +88,8 @@ def find_boundaries(
     `prompt_opens` is `prompt_opens_reasoning(prompt_ids, markers)`. A marker of several tokens
     counts from its first token (`think_end`) to its last (`response_start` is the token after it).
     """
-    ids = output_ids if isinstance(output_ids, list) else list(output_ids)
+    # A numpy array (assembly's) is searched as it is (`markers._index`); anything else as a list.
+    ids = output_ids if isinstance(output_ids, (list, np.ndarray)) else list(output_ids)
     # reasoning_start: 0 if the prompt opened reasoning, the token after an emitted open marker, else -1.
     if prompt_opens:
         reasoning_start = 0
@@ -117,7 +118,7 @@ def find_boundaries(
         implicit_end = markers.tool_section_begin or markers.tool_call_begin
         response_start, _ = find_marker(ids, implicit_end, reasoning_start)
 
-    stop_index = len(ids) - 1 if finish_reason == "stop" and ids else -1
+    stop_index = len(ids) - 1 if finish_reason == "stop" and len(ids) else -1
     return Boundaries(
         reasoning_start=reasoning_start,
         think_end=think_end,

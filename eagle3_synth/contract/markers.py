@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from eagle3_synth.errors import MarkerError
 
 
@@ -161,7 +163,12 @@ def resolve_pattern(vocab: Vocabulary, text: str, *, what: str, single_token: bo
 
 # -- matching ---------------------------------------------------------------------------------------
 
-def _index(ids: Sequence[int], token: int, start: int, stop: int) -> int:
+def _index(ids: Sequence[int] | np.ndarray, token: int, start: int, stop: int) -> int:
+    """First index of `token` in `ids[start:stop]`, -1 if none; over a list or a numpy array (assembly
+    reads output ids as arrays: one vectorised compare instead of a Python-object scan)."""
+    if isinstance(ids, np.ndarray):
+        hits = np.flatnonzero(ids[max(start, 0):stop] == token)
+        return int(hits[0]) + max(start, 0) if len(hits) else -1
     try:
         return ids.index(token, start, stop)  # runs in C
     except ValueError:

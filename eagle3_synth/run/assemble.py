@@ -78,14 +78,15 @@ def held_out_conversations(run: RunDirectory) -> np.ndarray:
 
 def iter_rows(
     run_dir: str, markers: MarkerIds | None = None, ranges: Sequence[tuple[int, int]] | None = None,
-    split: str | None = None,
+    split: str | None = None, *, array_ids: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Contract rows of a run directory in sample_id order, exactly one per generated sample;
     only those in the `[start, stop)` sample-id `ranges` when given, and of `split` (`train` or
     `validation`: whole conversations, `held_out_conversations`) when given.
 
     Works while a run is still generating (unfinished samples are left out, failed ones too).
-    Memory holds the journal index (about 30 bytes a sample) and one sample at a time.
+    Memory holds the journal index (about 30 bytes a sample) and one sample at a time. With
+    `array_ids` a row's `output_ids` may be a numpy array (`JournalIndex.reader`), for `iter_row_tables`.
     """
     wanted = _Ranges(ranges)
     if wanted.ranges == []:
@@ -108,7 +109,7 @@ def iter_rows(
             position = index.position(sample_id)
             return position >= 0 and bool(has_row[position]) and wanted.which(sample_id) >= 0
 
-        with index.reader(run.fs) as read:
+        with index.reader(run.fs, array_ids=array_ids) as read:
             for prompt in run.iter_prompts(keep=keep):
                 if wanted.past(prompt.sample_id):
                     break
@@ -155,9 +156,9 @@ def iter_row_tables(
     current, tables = -1, 0
 
     def table() -> pa.Table:
-        return pa.Table.from_pylist(batch, schema=schema)
+        return rows_table(batch, schema)
 
-    for row in iter_rows(run_dir, ranges=ranges, split=split):
+    for row in iter_rows(run_dir, ranges=ranges, split=split, array_ids=True):
         which = order[wanted.ranges[wanted.which(row["sample_id"])]]
         if batch and (which != current or len(batch) >= rows_per_table):
             yield current, tables, table()
@@ -167,6 +168,34 @@ def iter_row_tables(
         batch.append(row)
     if batch:
         yield current, tables, table()
+
+
+def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """`pa.Table.from_pylist(rows, schema=schema)`, built a column at a time: the same table (and
+    Parquet bytes), with the output ids -- numpy arrays where the journal reader could read them so
+    -- joined into one list column without a Python int per id."""
+    columns = []
+    for field in schema:
+        values = [row[field.name] for row in rows]
+        if any(isinstance(value, np.ndarray) for value in values):
+            column = _arrays_column(values, field.type)
+        else:
+            column = pa.array(values, type=field.type)  # what from_pylist does with each column
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _arrays_column(values: list[Any], list_type: pa.DataType) -> pa.Array:
+    """A list column of id arrays (each id in [0, 2**31): `contract/json_ids.py`) from their
+    concatenation and offsets; a column that also holds lists, or too many ids for int32 offsets,
+    goes through `pa.array` as lists (the same values, and the same errors, as from_pylist's)."""
+    lengths = [len(value) for value in values]
+    if all(isinstance(value, np.ndarray) for value in values) and sum(lengths) < 2 ** 31:
+        offsets = np.zeros(len(values) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate(values).astype(np.int32) if values else np.zeros(0, np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=list_type)
+    return pa.array([value.tolist() if isinstance(value, np.ndarray) else value for value in values], type=list_type)
 
 
 class NoRowsToWrite(ConfigError):

@@ -28,6 +28,7 @@ import orjson
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.engines.base import GenerationResult
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.contract.json_ids import split_ids
 from eagle3_synth.contract.row import FINISH_REASONS
 from eagle3_synth.run.kill_points import kill_point
 
@@ -239,8 +240,13 @@ class JournalIndex:
         return seen
 
     @contextmanager
-    def reader(self, fs: Any) -> Iterator[Callable[[int], dict[str, Any]]]:
-        """`read(position) -> result dict`, keeping a few files open (results are scattered)."""
+    def reader(self, fs: Any, *, array_ids: bool = False) -> Iterator[Callable[[int], dict[str, Any]]]:
+        """`read(position) -> result dict`, keeping a few files open (results are scattered).
+
+        With `array_ids` the dict's `output_ids` is a numpy int64 array (for assembly: its ids go to
+        Arrow and the marker search as arrays) where it can be read straight from the line's digits
+        (`contract/json_ids.py`: no Python int per id, every id below 2**31); otherwise the parsed
+        list, as without it."""
         handles: OrderedDict[int, IO[bytes]] = OrderedDict()
 
         def read(position: int) -> dict[str, Any]:
@@ -252,6 +258,8 @@ class JournalIndex:
             handle.seek(int(self.offsets[position]))
             line = handle.readline()
             try:
+                if array_ids:
+                    return _with_array_ids(line)
                 return orjson.loads(line)  # ~3x json.loads on a line of thousands of ids
             except orjson.JSONDecodeError as exc:
                 raise ConfigError(
@@ -264,6 +272,20 @@ class JournalIndex:
         finally:
             for handle in handles.values():
                 handle.close()
+
+
+def _with_array_ids(line: bytes) -> dict[str, Any]:
+    """A journal line parsed, its `output_ids` a numpy int64 array where certain (`JournalIndex.reader`)."""
+    split = split_ids(line)
+    if split is not None:
+        try:
+            record = orjson.loads(split[0])
+        except orjson.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and record.get("output_ids") == []:
+            record["output_ids"] = split[1]
+            return record
+    return orjson.loads(line)  # ids as a list, as ever: whatever they hold meets the usual checks
 
 
 def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) -> JournalIndex:
