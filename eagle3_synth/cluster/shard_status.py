@@ -147,7 +147,7 @@ def journal_record(run_dir: str, tasks: int | None = None) -> dict:
         if live:
             tasks = live[-1]
         else:
-            sessions = [h for h in _headers(run, run.scan().files) if h] if run.prompts_ready else []
+            sessions = [h for h in _headers(run, run.journal_files()) if h]  # first lines only: no scan
             latest = max(sessions, key=lambda h: h.get("started", ""), default=None)
             tasks = int(latest.get("num_shards", 1)) if latest else 1
     return {"config": config, "tasks": tasks, "executor": BY_HAND, "submissions": []}

@@ -11,8 +11,8 @@ Why a build of our own (`../shared/SGLANG_CPU.md` has the measurements):
   sha256) or from a checkout named by `SGLANG_KERNEL_SRC` (the repository root or that folder);
 - the source's CMake (`csrc/cpu/CMakeLists.txt`, `find_package(Torch)`) refuses the CUDA build of
   torch that sglang needs on a machine without CUDA, so the same sources are compiled with
-  `torch.utils.cpp_extension.CppExtension` and the same flags (CMakeLists.txt:101-124, 133-143:
-  x86-64-v4, AVX512-BF16/VNNI, AMX, OpenMP, `SGLANG_CPU_FP8_CVT_FTZ`, libnuma);
+  `torch.utils.cpp_extension.CppExtension` and the same flags (CMakeLists.txt:110-131: x86-64-v4,
+  AVX512-BF16/VNNI, AMX, OpenMP, `SGLANG_CPU_FP8_CVT_FTZ`; and libnuma);
 - the source compiles for one of two targets, chosen by this machine's CPU (`build_target`): where
   /proc/cpuinfo lists every feature its x86_64 options compile for (AVX-512 F/BW/CD/DQ/VL,
   AVX512-BF16, AVX512-VNNI, AMX tile/bf16/int8: Sapphire Rapids and later), those options; on any
@@ -53,7 +53,7 @@ COMPAT = HERE / "attention_0_5_23.cpp"
 # The suffix the source's own registrations of the two ops get (the source's upstream commit).
 OLD_SUFFIX = "_6127d1da"
 RENAMED_OPS = ("decode_attention_cpu", "extend_attention_cpu")
-# csrc/cpu/CMakeLists.txt:109-131 (x86_64): the compile options and definitions.
+# csrc/cpu/CMakeLists.txt:110-131 (x86_64): the compile options and definitions.
 CXX_FLAGS = ["-O3", "-g0", "-Wno-unknown-pragmas", "-march=x86-64-v4", "-mavx512bf16", "-mavx512vnni",
              "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-fopenmp", "-DSGLANG_CPU_FP8_CVT_FTZ"]
 LINK_FLAGS = ["-fopenmp", "-lnuma"]
@@ -62,6 +62,7 @@ AMX_FEATURES = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx5
                 "amx_tile", "amx_bf16", "amx_int8")
 # The portable build: the same options less the AVX-512/AMX ones, for x86-64-v3 (any AVX2 CPU).
 PORTABLE_FLAGS = ["-O3", "-g0", "-Wno-unknown-pragmas", "-march=x86-64-v3", "-fopenmp", "-DSGLANG_CPU_FP8_CVT_FTZ"]
+TARGET_FLAGS = {"amx": CXX_FLAGS, "portable": PORTABLE_FLAGS}  # `build_target`'s name -> its compile options
 
 
 def cpu_flags() -> set[str]:
@@ -137,7 +138,7 @@ def rename_attention_registrations(source: str) -> str:
 def cache_key(source_sha: str, target: str) -> str:
     import torch
 
-    flags = " ".join(CXX_FLAGS if target == "amx" else PORTABLE_FLAGS)
+    flags = " ".join(TARGET_FLAGS[target])
     parts = f"{source_sha}:{sha256_file(COMPAT)}:{flags}:{torch.__version__}:{sysconfig.get_config_var('SOABI')}"
     digest = hashlib.sha256(parts.encode()).hexdigest()[:12]
     return f"{source_sha[:12]}-torch{torch.__version__.split('+')[0]}-{target}-{digest}"
@@ -165,7 +166,7 @@ def compile_package(source: Path, work: Path, target: str) -> Path:
         name="sgl_kernel.common_ops",
         sources=[str(p) for p in sources],
         include_dirs=[str(source / "csrc"), str(source / "include"), str(cpu)],
-        extra_compile_args=CXX_FLAGS if target == "amx" else PORTABLE_FLAGS,
+        extra_compile_args=TARGET_FLAGS[target],
         extra_link_args=LINK_FLAGS,
     )
     package = work / "build" / "sgl_kernel"
