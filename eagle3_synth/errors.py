@@ -32,7 +32,7 @@ class TransientEngineError(EngineError):
 class EngineDied(EngineError):
     """The engine itself died mid-run (SGLang's scheduler crashed, its process was killed): every
     result handed on is journaled, and the same command resumes once the engine runs again. The
-    commands exit with the resumable status (75) on it, not with a failure."""
+    commands exit with the resumable status (`exit_status.RESUMABLE`) on it, not with a failure."""
 
 
 class RunIncomplete(Eagle3SynthError):

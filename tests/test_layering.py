@@ -2,7 +2,7 @@
 
 DESIGN.md: cli -> builder/publish/cluster -> tools -> dataset -> run -> (prompts, engines) -> contract.
 A module may import its own stage and the stages below; `prompts` and `engines` know nothing of
-each other; the base modules (errors, digests, timestamps) import nothing of the package; nothing
+each other; the base modules (errors, exit_status, digests, timestamps) import nothing of the package; nothing
 in the library below the command line imports the builder; `contract`, `engines` and the journal do not pull in `datasets`.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "eagle3_synth"
-BASE = {"errors", "digests", "timestamps", "__init__"}
+BASE = {"errors", "exit_status", "digests", "timestamps", "__init__"}
 # cluster sits beside publish: both drive the library from above, neither knows the other, only cli imports them.
 LEVEL = {"contract": 0, "prompts": 1, "engines": 1, "run": 2, "dataset": 3, "tools": 4, "publish": 5, "cluster": 5,
          "cli": 6}

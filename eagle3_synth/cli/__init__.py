@@ -1,11 +1,7 @@
 """Command line: `eagle3-synth <command> ...`. Parsing stops here; typed options go on.
 
-Exit status, the same for every command (README, "Exit status"): 0 done; 1 problems found (validate's
-violations, doctor's problems, a build or shard whose run holds failed samples) or an unexpected
-error; 2 a user error -- a bad option, input file or path, or a path the system refuses (read-only,
-full disk) -- said in one line naming it, with nothing already journaled lost; 75 stopped early with
-work left (--max-hours, SIGTERM: the same command resumes); 130 interrupted (Ctrl-C). `--debug`
-adds the traceback to any error.
+Exit status, the same for every command: the table in `eagle3_synth/exit_status.py` (rendered in
+docs/reference/exit-status.md). `--debug` adds the traceback to any error.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import sys
 import traceback
 from importlib import import_module
 
-from eagle3_synth import __version__
+from eagle3_synth import __version__, exit_status
 from eagle3_synth.cli.progress_bars import third_party_bars_off_unless_terminal
 from eagle3_synth.errors import Eagle3SynthError, EngineDied
 
@@ -40,13 +36,12 @@ COMMANDS = {
 }
 
 
-EXIT_PROBLEMS = 1  # problems found (or an unexpected error)
-EXIT_USER_ERROR = 2  # one line names the option, file or path at fault; argparse's own status too
-# A generating command that stopped early with work left (--max-hours, SIGTERM, an engine that died):
-# the run is resumable; schedulers can requeue on it (75 is EX_TEMPFAIL, "try again later").
-EXIT_RESUMABLE = 75
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` when the reader left early
+# The statuses every command returns (eagle3_synth/exit_status.py), under the names the commands use.
+EXIT_PROBLEMS = exit_status.PROBLEMS
+EXIT_USER_ERROR = exit_status.USER_ERROR
+EXIT_RESUMABLE = exit_status.RESUMABLE
+EXIT_INTERRUPTED = exit_status.INTERRUPTED
+EXIT_CLOSED_PIPE = exit_status.CLOSED_PIPE
 GLOBAL_FLAGS = ("-v", "--verbose", "--debug")
 
 

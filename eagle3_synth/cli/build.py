@@ -4,8 +4,7 @@ With --model it generates first (resuming any earlier run; nothing already journ
 again). Without it, it only assembles: `build CONFIG --run-dir URL --out DIR` turns a run that
 `eagle3-synth generate` filled, possibly as many shards on many nodes, into the dataset. It refuses
 while samples have no result yet, naming the shards to finish, unless --partial is given.
-Exit status: 0 built; 1 built, but failed samples are left out (--retry-errors generates them
-again); 2 a user error (nothing built); 75 stopped early with work left (the same command resumes).
+Failed samples are left out of the dataset (--retry-errors generates them again).
 --dry-run prepares the prompts and prints what would be generated, writing nothing.
 """
 
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, RESUMABLE, USER_ERROR, help_line
 from eagle3_synth.cli.options import (EXIT_FAILED_SAMPLES, EXIT_RESUMABLE, add_generation_arguments, default_run_dir,
                                       generation_settings, report_dry_run)
 from eagle3_synth.errors import ConfigError, RunIncomplete
@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build",
         help="generate a config (resuming any earlier run) or assemble a generated run, into a Hub-layout folder",
-        description=__doc__,
+        description=__doc__ + help_line(DONE, FAILED_SAMPLES, USER_ERROR, RESUMABLE),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_generation_arguments(parser)

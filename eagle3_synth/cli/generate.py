@@ -4,8 +4,8 @@ Journals results into the run directory (a local path or any fsspec URL) and wri
 many nodes can share a config: each runs one shard (the samples with sample_id % N == I) against
 the same --run-dir. Re-running the same command after any crash continues where it stopped. When
 every shard is done, `eagle3-synth build CONFIG --run-dir URL --out DIR` assembles the dataset.
-Exit status 75 means it stopped early (--max-hours, SIGTERM) and the shard is not finished yet;
-1, that it finished with failed samples (--retry-errors generates them again). --dry-run prepares
+A shard that stopped early (--max-hours, SIGTERM) is not finished yet: the same command resumes it;
+failed samples are generated again with --retry-errors. --dry-run prepares
 the prompts and prints what the shard would generate, without an engine and without writing.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, RESUMABLE, USER_ERROR, help_line
 from eagle3_synth.run.generate import dry_run, generate
 from eagle3_synth.cli.options import add_generation_arguments, generation_settings, report_dry_run, report_generation
 
@@ -21,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "generate",
         help="generate one shard of a config into a run directory (no dataset written)",
-        description=__doc__,
+        description=__doc__ + help_line(DONE, FAILED_SAMPLES, USER_ERROR, RESUMABLE),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_generation_arguments(parser, sharded=True)

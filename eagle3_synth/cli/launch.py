@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from eagle3_synth.cli.options import add_generation_arguments, generation_settings, parse_key_value
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.exit_status import DONE, PROBLEMS
 from eagle3_synth.run.settings import GenerationSettings
 
 
@@ -98,15 +99,15 @@ def run(args: argparse.Namespace) -> int:
         job = record["submissions"][-1].get("job_id")
         print(f"{args.config}: {args.tasks} shards launched via {args.executor}"
               + (f" (Slurm job {job})" if job else "") + f"; eagle3-synth status {settings.run_dir} shows them")
-        return 0
+        return DONE
     status = follow(record, settings.run_dir, poll_seconds=args.poll_seconds)
     if not status.all_done:
         print(f"eagle3-synth launch: error: {failure_message(status, record)}", file=sys.stderr)
-        return 1
+        return PROBLEMS
     if args.out:
         from eagle3_synth.cli.build import folder_builds
 
         assemble = replace(GenerationSettings(), run_dir=settings.run_dir)
         rows, files = folder_builds().build_config(args.config, args.out, assemble)
         print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
-    return 0
+    return DONE

@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from eagle3_synth import exit_status
 from eagle3_synth.cli import EXIT_RESUMABLE
 from eagle3_synth.contract.profiles import PROFILES
 from eagle3_synth.engines import ENGINES
@@ -166,7 +167,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                          help="which shard this process generates; auto: SLURM_ARRAY_TASK_ID (from the array's "
                          "first), else RANK")
     run.add_argument("--max-hours", type=float, metavar="H",
-                     help="stop handing out prompts after H hours, leaving a resumable run (exit status 75)")
+                     help=f"stop handing out prompts after H hours, leaving a resumable run (exit status {EXIT_RESUMABLE})")
     run.add_argument("--retry-errors", action="store_true", help="generate again the samples that failed before")
     run.add_argument("--dry-run", action="store_true",
                      help="check everything and prepare the prompts, then print what the run would generate "
@@ -208,9 +209,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 
 
-# Exit status of a run that finished but holds failed samples (their errors are journaled; the
-# same command with --retry-errors generates them again): not a clean success for a script.
-EXIT_FAILED_SAMPLES = 1
+EXIT_FAILED_SAMPLES = exit_status.FAILED_SAMPLES
 
 
 def report_generation(summary: RunSummary) -> int:

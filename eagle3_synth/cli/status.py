@@ -5,14 +5,14 @@ the journal has a result for every sample of the shard), samples per shard, thro
 for a failed shard, the log to read. For shards started by hand (`generate --shard-index I
 --num-shards N`, e.g. a Slurm array): done / running / stopped / pending, from the journal and the
 shard locks (`--tasks N` where the count is not the latest one). Read from the run directory (and,
-for Slurm, `squeue`): it needs neither datatrove nor a node. Exit status 0 when every shard is
-done, 1 when one failed or stopped, 3 while shards are still running or pending.
+for Slurm, `squeue`): it needs neither datatrove nor a node.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from eagle3_synth.exit_status import DONE, PROBLEMS, STILL_RUNNING, help_line
 from eagle3_synth.cluster.follow import current_status
 from eagle3_synth.cluster.shard_status import FAILED_STATE, STOPPED, journal_record, read_launch_record
 
@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
         help="shards of a run (launched, or started by hand): done / running / failed, samples, throughput, ETA",
-        description=__doc__,
+        description=__doc__ + help_line(DONE, PROBLEMS, STILL_RUNNING),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (launch's or generate's --run-dir)")
@@ -35,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
     for line in status.lines():
         print(line)
     if status.all_done:
-        return 0
-    return 1 if status.named(FAILED_STATE) or status.named(STOPPED) else 3
+        return DONE
+    return PROBLEMS if status.named(FAILED_STATE) or status.named(STOPPED) else STILL_RUNNING
