@@ -6,6 +6,7 @@ Every command uses the same statuses; `docs/reference/exit-status.md` is generat
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 DONE = 0
@@ -53,4 +54,5 @@ STATUSES = (
 def help_line(*codes: int) -> str:
     """`Exit status: 0 done; 1 ...` for a command's --help, over the statuses it returns."""
     by_code = {status.code: status for status in STATUSES}
-    return "Exit status: " + "; ".join(f"{code} {by_code[code].short}" for code in codes) + "."
+    return textwrap.fill("Exit status: " + "; ".join(f"{code} {by_code[code].short}" for code in codes) + ".",
+                         width=100)

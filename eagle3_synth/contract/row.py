@@ -28,6 +28,49 @@ _SCHEMA = (
     ("sampling", "string"),
 )
 COLUMNS = tuple(name for name, _ in _SCHEMA)
+# What each column holds: the contract's words, rendered by the dataset card (`dataset/card.py`)
+# and the docs (docs/reference/columns.md, `python docs/generate.py`).
+MEANINGS = {
+    "sample_id": "unique per row, in order: conversation, rollout, turn (with one turn and one sample per prompt, "
+                 "the prompt's index in the config's prompt list)",
+    "source_id": 'id of the record in its source dataset (`""` if none)',
+    "prompt_ids": "exactly the ids sent to the engine (chat template, `add_generation_prompt=True`)",
+    "output_ids": "exactly the ids the engine returned, stop token included",
+    "reasoning_start": "first token of reasoning: `0` if the prompt ends inside an open reasoning block (Kimi-K2.5, "
+                       "R1, MiniMax-M2); the token after an emitted reasoning-open marker; `-1` without reasoning",
+    "think_end": "first token of the reasoning-close marker (`</think>`; gpt-oss: the `<|end|>` closing the "
+                 "analysis message), `-1` if absent",
+    "response_start": "the token after the whole close marker; else the tool section (or call) that ended "
+                      "reasoning implicitly; `0` without reasoning; `-1` if reasoning never ended",
+    "tool_calls": "per call: first token of its call-begin marker, last token of its call-end marker (inclusive; "
+                  "`-1` if cut off)",
+    "stop_index": 'index of the stop token (the last one) when `finish_reason == "stop"`, else `-1`',
+    "finish_reason": "`stop`, `length` or `abort`",
+    "prompt_tokens": "`len(prompt_ids)`",
+    "completion_tokens": "`len(output_ids)`",
+    "messages": "the templated conversation, as JSON; past a conversation's first turn, the history holds the "
+                "target's own earlier turns",
+    "tools": 'the tool definitions, as JSON (`""` without tools)',
+    "conversation_id": "index of the source conversation in the config's prompt list",
+    "turn": "0-based index of the generation within its conversation (the turn after a tool result is a turn of "
+            "its own)",
+    "sample_index": "which rollout of the conversation (`--samples-per-prompt`)",
+    "template_kwargs": "the chat-template kwargs the prompt was rendered with, as JSON",
+    "sampling": "how the row was sampled, as JSON: `temperature`, `top_p`, `top_k`, `min_p`, `max_new_tokens` and "
+                "`seed` (`--seed` + `sample_id`), exactly what the engine was sent (`\"\"` in folders built "
+                "before the column)",
+}
+_TYPE_NAMES = {"int32[]": "list<int32>", "spans[]": "list<struct<start,end>>"}
+
+
+def column_table() -> str:
+    """The columns as a Markdown table (column, type, meaning), one row per column in schema order."""
+    rows = ["| column | type | meaning |", "|---|---|---|"]
+    for name, kind in _SCHEMA:
+        rows.append(f"| `{name}` | `{_TYPE_NAMES.get(kind, kind)}` | {MEANINGS[name].replace('|', chr(92) + '|')} |")
+    return "\n".join(rows) + "\n"
+
+
 # Columns added after data was first published, and what a row written before them reads as: a
 # folder or repo built by an older version still loads (`dataset/stores.py` fills them in).
 LATER_COLUMNS = {"sampling": ""}

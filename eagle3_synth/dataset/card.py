@@ -20,7 +20,7 @@ from datasets.splits import SplitDict, SplitInfo
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCardData
 
-from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.contract.row import FEATURES, column_table
 
 CARD_TEMPLATE = resources.files("eagle3_synth.dataset") / "dataset_card.md"
 DEFAULT_CONFIG = "B1_glaive"
@@ -206,7 +206,7 @@ def render_card(
         "stats_table": _HTML_TAG_START.sub("&lt;", format_stats_table(list(stats), markdown=True)),
         "generation_table": _generation_table(configs, run_infos),
         "figures": _figures(plots or {}),
-        "extra_columns": _extra_columns(features),
+        "columns_table": column_table().rstrip("\n") + _extra_columns(features),
     }
     missing = sorted(set(_PLACEHOLDER.findall(template)) - set(values))
     if missing:
@@ -219,6 +219,6 @@ def _extra_columns(features: Features) -> str:
     """Rows of the column table for columns beyond the contract (the optional preview columns)."""
     extra = [name for name in features if name not in FEATURES]
     return "".join(
-        f"\n| `{name}` | for reading in the viewer only: the first characters of the decoded "
+        f"\n| `{name}` | `string` | for reading in the viewer only: the first characters of the decoded "
         f"{name.split('_')[0]}, special tokens kept; never train on it |" for name in extra
     )
