@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean speculators-venv specforge-venv sglang-venv train-demo specforge-train-demo
+.PHONY: setup demo test docs clean speculators-venv specforge-venv sglang-venv train-demo specforge-train-demo
 
 $(BIN)/eagle3-synth: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,13 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q -rs
+
+# The docs site (mkdocs.yml, docs/), built as CI builds it: any warning (a broken link or anchor)
+# fails. The reference pages come from `python docs/generate.py` (tests/test_docs.py checks them).
+# `.venv/bin/mkdocs serve` shows the site while writing.
+docs: setup
+	$(BIN)/pip install --quiet -e '.[docs]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # speculators 0.9.0 in a virtual environment of its own (it pins older datasets/transformers than
 # ours): CPU torch first, then speculators without its dependencies, then those dependencies from
@@ -120,4 +127,4 @@ specforge-train-demo: setup specforge-venv
 	$(BIN)/python scripts/specforge_demo.py --specforge-python $(SF_BIN)/python
 
 clean:
-	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) $(SGL_VENV) demo_out train_demo_out specforge_demo_out
+	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) $(SGL_VENV) site demo_out train_demo_out specforge_demo_out

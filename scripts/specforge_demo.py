@@ -1,7 +1,7 @@
 """`make specforge-train-demo`: a tiny EAGLE-3 drafter trained on the CPU by SpecForge 0.2.0's own
 offline training loop, on hidden states this package wrote.
 
-Every step is the README's "SpecForge 0.2.0: offline" path, run on the bundled tiny model
+Every step is the offline path of docs/training/specforge.md, run on the bundled tiny model
 (tests/fixtures/models/tiny-kimi, 2 decoder layers, vocabulary 2,048) and printed as the command it is:
 
 1. `eagle3-synth build` each config from its bundled sample prompts, several sampled rollouts per

@@ -1,6 +1,6 @@
 """`make train-demo`: a tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop.
 
-Every step is the README's "Train a drafter" path, run on the bundled tiny model
+Every step is the path of docs/training/speculators.md, run on the bundled tiny model
 (tests/fixtures/models/tiny-kimi, 2 decoder layers, vocabulary 2,048) and printed as the command
 it is:
 

@@ -1,7 +1,8 @@
-"""README's console examples, run as written: each `$ eagle3-synth ...` block prints what README shows.
+"""The docs' console examples, run as written: each `$ eagle3-synth ...` block prints what its page shows.
 
-Every ```console block of README.md is a list of commands (`$ ...`) and what each printed. They
-run here in a folder holding `make demo`'s dataset (`demo_out`, built by scripts/demo.py) and a
+Every ```console block of README.md and of every page under docs/ is a list of commands (`$ ...`)
+and what each printed. They run here in a folder holding `make demo`'s dataset (`demo_out`, built
+by scripts/demo.py, whose output holds README's sample block too) and a
 link to the fixtures (`tests/`), each as its own process with stdout and stderr together, as a
 user's terminal shows them. Compared after normalising what no two runs share: the checkout's and
 the folder's absolute paths, and for commands whose figures are measured rates (`plan`) every
@@ -25,6 +26,8 @@ from .support.golden import UPDATE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# Every page whose console blocks are run: README and the docs site's pages.
+PAGES = (README, *sorted((ROOT / "docs").rglob("*.md")))
 _BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.S | re.M)
 # Commands whose output holds measured rates or times: compared with every number as N.
 TIMED = ("eagle3-synth plan ",)
@@ -33,13 +36,13 @@ TIMED = ("eagle3-synth plan ",)
 @dataclass
 class Example:
     command: str  # as written after "$ "
-    expected: str  # the lines README shows after it
-    start: int  # offsets of `expected` in README's text
+    expected: str  # the lines the page shows after it
+    start: int  # offsets of `expected` in the page's text
     end: int
 
     @property
     def argv(self) -> tuple[list[str], bool]:
-        """The command's arguments (comments dropped) and whether README appends its exit status."""
+        """The command's arguments (comments dropped) and whether the page appends its exit status."""
         command, echo_status = self.command, False
         if command.rstrip().endswith("; echo $?"):
             command, echo_status = command.rstrip()[: -len("; echo $?")], True
@@ -73,10 +76,10 @@ def normalise(output: str, command: str, folder: Path) -> str:
 
 def run_example(example: Example, folder: Path, env: dict[str, str]) -> str:
     argv, echo_status = example.argv
-    assert argv[0] == "eagle3-synth", f"README example is not an eagle3-synth command: {example.command}"
+    assert argv[0] == "eagle3-synth", f"example is not an eagle3-synth command: {example.command}"
     result = subprocess.run([sys.executable, "-m", "eagle3_synth.cli", *argv[1:]], cwd=folder, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    # The exit status is compared where README shows it (`; echo $?`); validate's 1 is part of its example.
+    # The exit status is compared where the page shows it (`; echo $?`); validate's 1 is part of its example.
     return result.stdout + (f"{result.returncode}\n" if echo_status else "")
 
 
@@ -86,31 +89,61 @@ def demo_folder(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     (folder / "tests").symlink_to(ROOT / "tests")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(folder / ".hf"), "DEMO_OUT": str(folder / "demo_out"), "COLUMNS": "200"}
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], cwd=folder, env=env, check=True,
-                   stdout=subprocess.DEVNULL, timeout=900)
+    demo = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], cwd=folder, env=env, check=True,
+                          stdout=subprocess.PIPE, text=True, timeout=900)
+    (folder / "demo.out").write_text(demo.stdout, encoding="utf-8")
     return folder, env
 
 
-def test_readme_has_console_examples():
-    commands = [e.command for e in examples(README.read_text(encoding="utf-8"))]
+def test_the_pages_have_console_examples():
+    commands = [e.command for page in PAGES for e in examples(page.read_text(encoding="utf-8"))]
     assert len(commands) >= 10 and any(c.startswith("eagle3-synth stats demo_out") for c in commands)
 
 
+def readme_demo_block() -> str:
+    """The plain block after README's `make demo` paragraph: one sample as `make demo` prints it
+    (its messages left out)."""
+    section = README.read_text(encoding="utf-8").split("## The two commands", 1)[1].split("\n## ", 1)[0]
+    plain, fence = [], None  # the fences in order: a plain block is one opened by a bare ```
+    for line in section.splitlines(keepends=True):
+        if line.startswith("```"):
+            fence = None if fence is not None else line.strip()
+            if fence == "```":
+                plain.append("")
+        elif fence == "```":
+            plain[-1] += line
+    return plain[0]
+
+
 @pytest.mark.slow
-def test_readme_console_examples_print_what_readme_shows(demo_folder):
+def test_readme_shows_what_make_demo_prints(demo_folder):
+    folder, _ = demo_folder
+    printed = (folder / "demo.out").read_text(encoding="utf-8")
+    # README shows the sample's header and its marked sequence (its messages left out): each line as
+    # printed, in the order printed.
+    lines = iter(printed.splitlines())
+    missing = [line for line in readme_demo_block().splitlines() if line not in lines]
+    assert not missing, f"README's `make demo` lines {missing} are not in what it printed:\n{printed}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_console_examples_print_what_the_page_shows(demo_folder, page):
     folder, env = demo_folder
-    text = README.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
     found = examples(text)
+    if not found:
+        return
     updated, mismatches = text, []
     for example in reversed(found):  # from the end, so earlier offsets stay valid while rewriting
         output = run_example(example, folder, env)
         if normalise(output, example.command, folder) != normalise(example.expected, example.command, folder):
-            mismatches.append(f"$ {example.command}\n--- README shows:\n{example.expected}--- it printed:\n{output}")
+            mismatches.append(f"$ {example.command}\n--- {page.name} shows:\n{example.expected}--- it printed:\n{output}")
             shown = normalise(output, example.command, folder) + "\n"
             if example.command.startswith(TIMED):
                 shown = "\n".join(line.rstrip() for line in output.replace(str(folder) + "/", "").splitlines()) + "\n"
             updated = updated[: example.start] + shown + updated[example.end:]
     if os.environ.get(UPDATE_ENV) and mismatches:
-        README.write_text(updated, encoding="utf-8")
+        page.write_text(updated, encoding="utf-8")
         return
-    assert not mismatches, "\n\n".join(reversed(mismatches)) + f"\n\n({UPDATE_ENV}=1 rewrites README's blocks)"
+    assert not mismatches, "\n\n".join(reversed(mismatches)) + f"\n\n({UPDATE_ENV}=1 rewrites the page's blocks)"

@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="rows over L total tokens (prompt + output) are dropped (see --overlong)")
     parser.add_argument("--min-loss-tokens", type=int, default=0, metavar="N",
                         help="leave out rows with fewer than N tokens under the loss mask, counted (a block "
-                        "drafter needs at least 2 x its block size: see README)")
+                        "drafter needs at least 2 x its block size: see docs/data.md)")
     parser.add_argument("--overlong", choices=OVERLONG, default="drop",
                         help="--max-length: drop longer rows (default), or truncate them (--format ids: ids and "
                         "mask past L removed)")

@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     rows.add_argument("--max-length", type=int, metavar="L", help="rows over L tokens are dropped (see --overlong)")
     rows.add_argument("--overlong", choices=OVERLONG, default="drop", help="--max-length: drop (default) or truncate")
     rows.add_argument("--min-loss-tokens", type=int, default=0, metavar="N",
-                      help="leave out rows with fewer than N tokens under the loss mask (block drafters: see README)")
+                      help="leave out rows with fewer than N tokens under the loss mask (block drafters: see docs/data.md)")
     compute = parser.add_argument_group("compute")
     compute.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     compute.add_argument("--device-map", metavar="MAP", help="e.g. auto: spread a model larger than one GPU (accelerate)")

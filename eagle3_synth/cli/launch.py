@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks.add_argument("--workers", type=int, default=E.workers, metavar="N",
                        help="tasks running at once (default: all)")
     tasks.add_argument("--nodes-per-task", type=int, default=E.nodes_per_task, metavar="N",
-                       help="nodes per task, for a model that spans nodes (see README 'Many nodes')")
+                       help="nodes per task, for a model that spans nodes (see docs/guides/clusters.md)")
     tasks.add_argument("--gpus-per-task", type=int, default=E.gpus_per_task, metavar="N",
                        help=f"GPUs per node of a task (default {E.gpus_per_task}: a GPU node's all; 0 on CPU nodes)")
     tasks.add_argument("--cpus-per-task", type=int, default=E.cpus_per_task, metavar="N",

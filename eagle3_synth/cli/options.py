@@ -96,7 +96,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
     talks.add_argument("--turns", choices=TURN_MODES,
                        help="last: the target writes each conversation's final answer, after the source's own earlier "
                        "turns; all: every assistant turn, each on the history the target wrote, tool loops continued "
-                       "with the source's results (default: the config's, see README)")
+                       "with the source's results (default: the config's, see docs/reference/configs.md)")
     talks.add_argument("--samples-per-prompt", type=int, default=GenerationSettings.samples_per_prompt, metavar="N",
                        help="rollouts per source conversation, each with its own sampling seeds "
                        f"(default {GenerationSettings.samples_per_prompt})")

@@ -38,7 +38,7 @@ class ExecutorSettings:
     tasks: int = 1
     # Tasks running at once (-1: all).
     workers: int = -1
-    # Nodes per task: >1 for a model that spans nodes (see README "Many nodes").
+    # Nodes per task: >1 for a model that spans nodes (docs/guides/clusters.md, "A model that spans nodes").
     nodes_per_task: int = 1
     # GPUs per node of a task: all of a GPU node's (8), 0 on CPU nodes.
     gpus_per_task: int = 8
@@ -75,7 +75,7 @@ class ExecutorSettings:
             # ray.py:171), each generating the same shard with an engine of its own.
             raise ConfigError("--nodes-per-task > 1 is not wired to SGLang's multi-node engine yet: serve the model "
                               "over several nodes and point the shards at it with --engine sglang-http --url "
-                              "(README, 'Many nodes': a model that spans nodes)")
+                              "(docs/guides/clusters.md: a model that spans nodes)")
         if self.executor == "slurm" and not float(self.mem_per_cpu_gb).is_integer():
             raise ConfigError(f"--mem-per-cpu-gb must be whole gigabytes for Slurm, got {self.mem_per_cpu_gb:g}")
         if self.venv and not os.path.isfile(self.venv):

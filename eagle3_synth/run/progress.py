@@ -104,7 +104,7 @@ class RunSummary:
         if self.retractions:
             lines.append(f"  {self.retracted_samples} samples were retracted {self.retractions} times in all (SGLang "
                          "freed KV memory by pausing them: KV thrashing; lower the window, max_running_requests or "
-                         "mem_fraction_static's pressure, see README's tuning table)")
+                         "mem_fraction_static's pressure, see docs/guides/engines.md, the tuning table)")
         if set(self.endings) - {"source_end"}:  # a conversation ended before its source did
             lines.append("  conversations ended: " + ", ".join(f"{k}={v}" for k, v in sorted(self.endings.items())))
         if self.short_lengths:

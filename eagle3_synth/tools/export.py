@@ -72,7 +72,7 @@ class ExportOptions:
     max_length: int | None = None
     overlong: str = "drop"
     # Rows with fewer tokens under the loss mask are left out: a block drafter trains on blocks of
-    # consecutive supervised tokens (SpecForge drops samples under 2 x block_size; README).
+    # consecutive supervised tokens (SpecForge drops samples under 2 x block_size; docs/training/specforge.md).
     min_loss_tokens: int = 0
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The builder is the one path that generates and assembles: the README's snippet, resume, num_proc.
+"""The builder is the one path that generates and assembles: the docs' snippet, resume, num_proc.
 
 Generation is the tiny model on the CPU (transformers engine, greedy, a few prompts, short outputs),
 so the builder's rows can be compared with `eagle3-synth build`'s for the same settings exactly.
@@ -18,7 +18,7 @@ from eagle3_synth.prompts.configs import sample_prompts_path
 from ..conftest import TINY_MODEL
 from ..support.cli_processes import config_rows
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "python.md"
 CONFIG = "B1_glaive"
 # The snippet's settings as build options (what the rows are compared with).
 BUILD_OPTIONS = ["--model", "tests/fixtures/models/tiny-kimi", "--engine", "transformers", "--prompts", "p.jsonl",
@@ -28,10 +28,9 @@ pytestmark = pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(),
                                 reason="tiny model fixture missing: run scripts/train_tiny_model.py")
 
 
-def readme_snippet() -> str:
-    """The Python block of the README's "Generate from Python" section."""
-    section = README.read_text(encoding="utf-8").split("## Generate from Python", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def docs_snippet() -> str:
+    """The Python block of the docs' "The Python builder" page (docs/guides/python.md)."""
+    return re.search(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S).group(1)
 
 
 def workdir(root: Path) -> Path:
@@ -63,11 +62,11 @@ def generated(tmp_path_factory):
     return root, root / "runs" / CONFIG, rows
 
 
-def test_the_readme_snippet_gives_the_rows_of_build(tmp_path, monkeypatch, capsys):
+def test_the_docs_snippet_gives_the_rows_of_build(tmp_path, monkeypatch, capsys):
     root = workdir(tmp_path / "work")
     monkeypatch.chdir(root)
     scope: dict = {}
-    exec(readme_snippet(), scope)  # noqa: S102 - the README's own code, run as a user would
+    exec(docs_snippet(), scope)  # noqa: S102 - the docs' own code, run as a user would
     ds = scope["ds"]
     assert "B1_glaive: 3 prompts kept (0 rejected), 0 already in runs/B1_glaive, 3 generated" in capsys.readouterr().out
 
