@@ -93,7 +93,9 @@ specforge-venv: $(SF_DONE)
 # --no-deps, then its requirements less the CUDA-only ones (scripts/sglang-requirements.txt says
 # which and why), then this package (for --engine sglang, which runs SGLang in our process), then
 # SGLang's CPU kernels, built from SGLang's own source (scripts/sglang_cpu/build_kernels.py; cached
-# outside the checkout, so a machine builds them once: 5-8 min on 2 cores). Checked by a one-prompt
+# outside the checkout, so a machine builds them once: 5-8 min on 2 cores), with the build's SGLang plugin
+# (scripts/sglang_cpu/cpu_plugin.py: on a CPU without AMX it keeps the CPU attention backend, the one
+# with EAGLE speculative decoding, whose extend attention the build computes in ATen). Checked by a one-prompt
 # generate on the bundled tiny model. Needs libnuma's headers (apt-get install libnuma-dev).
 # About 7 GB; 3-4 min with a warm pip cache and a cached kernel build.
 SGL_VENV := .venv-sglang
@@ -101,7 +103,7 @@ SGL_BIN := $(SGL_VENV)/bin
 SGL_LOG := $(SGL_VENV)/install.log
 SGL_DONE := $(SGL_VENV)/installed
 
-$(SGL_DONE): scripts/sglang-requirements.txt scripts/sglang_cpu/build_kernels.py scripts/sglang_cpu/attention_0_5_23.cpp pyproject.toml
+$(SGL_DONE): scripts/sglang-requirements.txt scripts/sglang_cpu/build_kernels.py scripts/sglang_cpu/attention_0_5_23.cpp scripts/sglang_cpu/cpu_plugin.py pyproject.toml
 	rm -rf $(SGL_VENV)
 	$(PYTHON) -m venv $(SGL_VENV)
 	$(SGL_BIN)/pip install --quiet --upgrade pip >$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)

@@ -23,7 +23,10 @@ Why a build of our own (`../shared/SGLANG_CPU.md` has the measurements):
   finds no AMX (`srt/utils/common.py:371`), runs its layers' `forward_native` (torch) instead of
   most of these kernels (e.g. `srt/layers/layernorm.py:886`). Slower, the same SGLang;
 - the tarball's source (upstream 6127d1da) is older than 0.5.23's Python: the two attention ops'
-  schemas differ (attention_0_5_23.cpp beside this file says how, and what it refuses).
+  schemas differ (attention_0_5_23.cpp beside this file says how, and what it refuses); that file
+  also computes extend attention in ATen on a CPU without AMX, and `install` puts an SGLang plugin
+  beside the kernels (cpu_plugin.py) that keeps SGLang's CPU attention backend there, the one with
+  EAGLE speculative decoding.
   `rename_attention_registrations` renames the source's own two registrations; nothing else of
   the source is changed.
 
@@ -50,6 +53,10 @@ REPO = HERE.parents[1]
 DEFAULT_TARBALL = REPO.parent / "shared" / "third_party" / "sglang-kernel-cpu-6127d1da.tar.gz"
 TARBALL_SHA256 = "49a83e99c1df21783fe4ed344f09604e81b4bd1b8259eb92cae2dbf1a871faf7"
 COMPAT = HERE / "attention_0_5_23.cpp"
+# The build's SGLang plugin (cpu_plugin.py says why), installed as this module and distribution.
+PLUGIN = HERE / "cpu_plugin.py"
+PLUGIN_MODULE = "eagle3_synth_sglang_cpu"
+PLUGIN_ENTRY_POINT = f"[sglang.srt.plugins]\nkeep_cpu_attention_backend = {PLUGIN_MODULE}:keep_cpu_attention_backend\n"
 # The suffix the source's own registrations of the two ops get (the source's upstream commit).
 OLD_SUFFIX = "_6127d1da"
 RENAMED_OPS = ("decode_attention_cpu", "extend_attention_cpu")
@@ -217,13 +224,29 @@ def build(tarball: Path) -> Path:
 
 
 def install(package: Path) -> Path:
-    """Copy the built package into this interpreter's site-packages (replacing an older copy)."""
+    """Copy the built package into this interpreter's site-packages (replacing an older copy), with
+    the build's SGLang plugin beside it."""
     site = Path(sysconfig.get_paths()["purelib"])
     destination = site / "sgl_kernel"
     if destination.exists():
         shutil.rmtree(destination)
     shutil.copytree(package, destination)
+    install_plugin(site)
     return destination
+
+
+def install_plugin(site: Path) -> None:
+    """cpu_plugin.py as the module `eagle3_synth_sglang_cpu`, and a distribution record whose entry
+    point SGLang's plugin loader finds (importlib.metadata reads `<name>.dist-info/entry_points.txt`)."""
+    shutil.copyfile(PLUGIN, site / f"{PLUGIN_MODULE}.py")
+    info = site / f"{PLUGIN_MODULE}-0.dist-info"
+    shutil.rmtree(info, ignore_errors=True)
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN_MODULE}\nVersion: 0\n"
+                                   "Summary: eagle3-synth's SGLang CPU kernel build: its SGLang plugin\n")
+    (info / "entry_points.txt").write_text(PLUGIN_ENTRY_POINT)
+    (info / "RECORD").write_text(f"{PLUGIN_MODULE}.py,,\n{info.name}/METADATA,,\n{info.name}/entry_points.txt,,\n"
+                                 f"{info.name}/RECORD,,\n")
 
 
 def main() -> None:
