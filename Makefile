@@ -120,9 +120,10 @@ $(SGL_DONE): scripts/sglang-requirements.txt scripts/sglang_cpu/build_kernels.py
 
 sglang-venv: $(SGL_DONE)
 
-# A tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop (scripts/train_demo.py).
-train-demo: setup speculators-venv
-	$(BIN)/python scripts/train_demo.py --speculators-python $(SPEC_BIN)/python
+# A tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop, then served by the real
+# SGLang's EAGLE-3 speculative decoding on the held-out rows (scripts/train_demo.py).
+train-demo: setup speculators-venv sglang-venv
+	$(BIN)/python scripts/train_demo.py --speculators-python $(SPEC_BIN)/python --sglang-python $(SGL_BIN)/python
 
 # A tiny EAGLE-3 drafter trained on the CPU by SpecForge's own offline training loop (scripts/specforge_demo.py).
 specforge-train-demo: setup specforge-venv

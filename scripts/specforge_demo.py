@@ -37,9 +37,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_demo import LAYERS, MODEL, ROOT, logged, ours, show  # noqa: E402 - the same eagle3-synth steps
+from train_demo import MODEL, ROOT, bundled_conversations, logged, ours, show  # noqa: E402 - the same eagle3-synth steps
 
 CPU_MAIN = ROOT / "scripts" / "specforge_cpu.py"
+# SpecForge's EAGLE-3 drafter takes exactly three layers (modeling/draft/llama3_eagle.py:1674-1676);
+# the tiny model's 2 layers give 0, 1 and the last layer's output, 2, which SGLang cannot capture,
+# so this drafter is not served (train_demo.py's two-layer speculators drafter is).
+LAYERS = ("0", "1", "2")
 STEP_LINE = re.compile(r"^step (\d+): (\{.*\})$")
 
 
@@ -65,14 +69,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--specforge-python", type=Path, default=ROOT / ".venv-specforge" / "bin" / "python",
                         help="the interpreter SpecForge 0.2.0 is installed for (make specforge-venv)")
     return parser.parse_args(argv)
-
-
-def bundled_conversations(config: str) -> int:
-    """How many sample prompts a config bundles (its demo's conversations)."""
-    from eagle3_synth.prompts.configs import sample_prompts_path
-
-    with open(sample_prompts_path(config), encoding="utf-8") as handle:
-        return sum(1 for line in handle if line.strip())
 
 
 def theirs(python: Path, argv: list[str], log: Path) -> None:

@@ -5,19 +5,27 @@ Every step is the path of docs/training/speculators.md, run on the bundled tiny 
 it is:
 
 1. `eagle3-synth build` each config (all eight by default) from its bundled sample prompts,
-   several sampled rollouts per prompt (`--samples-per-prompt`, temperature > 0), short outputs;
-2. `eagle3-synth export --format ids` per config, and `eagle3-synth vocab` over the mix;
+   several sampled rollouts per prompt (`--samples-per-prompt`, temperature > 0), short outputs,
+   with `--validation N` (default 1) for each config with two or more bundled prompts: whole
+   conversations held out, never trained on;
+2. `eagle3-synth export --format ids` per config (the train split), and `eagle3-synth vocab` over the mix;
 3. `speculators prepare-data` on the exports (speculators 0.9.0, its own virtual environment:
    `make speculators-venv`);
 4. `eagle3-synth hidden-states ... --format speculators --prepared` for those prepared rows (the
-   tiny model has 2 layers, so `--layers 0 1 2`: EAGLE-3's default `[2, n//2, n-3]` needs 5);
+   tiny model has 2 layers, so `--layers 0 1`: EAGLE-3's default `[2, n//2, n-3]` needs 5, and
+   SGLang serves only layers it can capture, the inputs of layers 0..n-1: engines/sglang/aux_layers.py);
 5. `speculators train` through scripts/speculators_cpu.py (speculators' CLI with its two
    accelerator-only calls patched), with `--on-missing raise`: a hidden-states file the trainer
-   cannot read stops it rather than asking a vLLM server.
+   cannot read stops it rather than asking a vLLM server; and `--no-norm-before-residual`, the
+   drafter layer SGLang serves (speculators' default differs: evaluate/drafter.py);
+6. `eagle3-synth evaluate` on the held-out rows, with the SGLang venv's interpreter (`make
+   sglang-venv`): the drafter served by SGLang's own EAGLE-3 speculative decoding, greedy, 3 draft
+   steps in a chain (what speculators validated).
 
 It prints the validation accuracy per epoch (`full_acc_k`: the share of positions whose k+1 first
-draft tokens all match the target's, from the trainer's own metrics). Reruns reuse the built
-dataset (builds resume) and redo the rest. The package itself never imports speculators.
+draft tokens all match the target's, from the trainer's own metrics), then the served acceptance
+length beside it. Reruns reuse the built dataset (builds resume) and redo the rest. The package
+itself never imports speculators.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
 CPU_MAIN = ROOT / "scripts" / "speculators_cpu.py"
-LAYERS = ("0", "1", "2")
+LAYERS = ("0", "1")
 # speculators' own flags off its GPU-only paths (train/config/schema.py, 0.9.0): sdpa instead of
 # flex attention (:190), the eager loss instead of the fused triton one (:304), no worker
 # processes (:224), float32 hidden states (:218, no bf16 autocast on the CPU).
@@ -62,9 +70,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--total-seq-len", type=int, default=2048,
                         help="speculators' --total-seq-len: tokens packed into one training batch")
     parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
+    parser.add_argument("--validation", type=int, default=1, metavar="N",
+                        help="build --validation: conversations held out per config, evaluated served")
     parser.add_argument("--speculators-python", type=Path, default=ROOT / ".venv-speculators" / "bin" / "python",
                         help="the interpreter speculators 0.9.0 is installed for (make speculators-venv)")
+    parser.add_argument("--sglang-python", type=Path, default=ROOT / ".venv-sglang" / "bin" / "python",
+                        help="the interpreter SGLang 0.5.23 and this package are installed for (make sglang-venv); "
+                             "served evaluation is skipped, said, where it is missing")
     return parser.parse_args(argv)
+
+
+def bundled_conversations(config: str) -> int:
+    """How many sample prompts a config bundles (its demo's conversations)."""
+    from eagle3_synth.prompts.configs import sample_prompts_path
+
+    with open(sample_prompts_path(config), encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def show(argv: list[str], prog: str = "eagle3-synth") -> None:
@@ -128,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     for folder in (train, out / "logs"):
         folder.mkdir(parents=True, exist_ok=True)
 
+    # A config with one bundled prompt cannot hold a conversation out and keep one for train.
+    held_out = [c for c in args.configs if args.validation and bundled_conversations(c) > 1]
     for config in args.configs:
         ours(["build", config, "--model", MODEL, "--out", ds, "--samples-per-prompt", args.samples_per_prompt,
-              "--max-new-tokens", args.max_new_tokens, "--temperature", args.temperature, "--seed", 0])
+              "--max-new-tokens", args.max_new_tokens, "--temperature", args.temperature, "--seed", 0,
+              *(["--validation", args.validation] if config in held_out else [])])
     exports = []
     for config in args.configs:
         exports.append(train / f"{config}.jsonl")
@@ -156,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--d2t-path", str(mapping / f"d2t-{args.draft_vocab_size}.npy"),
                     "--t2d-path", str(mapping / f"t2d-{args.draft_vocab_size}.npy"),
                     "--total-seq-len", str(args.total_seq_len), "--epochs", str(args.epochs), "--lr", str(args.lr), *steps, *CPU_FLAGS,
+                    "--no-norm-before-residual",
                     "--save-path", str(drafter), "--log-dir", str(out / "logs"), "--no-resume-from-checkpoint"],
            out / "logs" / "train.log", env={"SPECULATORS_METRICS_JSONL": str(metrics)}, cpu_patched=True)
 
@@ -166,7 +191,43 @@ def main(argv: list[str] | None = None) -> int:
           f"in all; checkpoints in {drafter}):")
     for line in accuracy_lines(epochs):
         print(line)
+    if held_out:
+        served(args.sglang_python, ds, held_out, saved_drafter(drafter), out / "logs")
     return 0
+
+
+def saved_drafter(folder: Path) -> Path:
+    """The last checkpoint speculators saved under `folder` (one subfolder per checkpoint)."""
+    checkpoints = sorted((c.parent for c in folder.glob("*/config.json")), key=lambda c: c.stat().st_mtime)
+    if not checkpoints:
+        raise SystemExit(f"train_demo: speculators saved no checkpoint under {folder}")
+    return checkpoints[-1]
+
+
+def served(python: Path, ds: Path, configs: list[str], drafter: Path, logs: Path) -> None:
+    """`eagle3-synth evaluate` on the held-out rows, in the SGLang venv (SGLang's in-process Engine on
+    the CPU, bf16, greedy): the acceptance length SGLang's speculative decoder serves."""
+    if not python.is_file():
+        print(f"\nserved acceptance: skipped ({python} is missing: create it with `make sglang-venv`)")
+        return
+    report = logs / "evaluate.json"
+    # 3 draft steps, one branch: the chain speculators trained (full_acc_k, k = 1..3) and validated.
+    argv = ["evaluate", str(ds), *configs, "--drafter", str(drafter), "--split", "validation", "--temperature", "0",
+            "--num-steps", "3", "--eagle-topk", "1", "--num-draft-tokens", "4",
+            "--dtype", "bfloat16", "--engine-arg", "device=cpu", "--engine-arg", "mem_fraction_static=0.1",
+            "--report", str(report), "--overwrite"]
+    show(argv)
+    logged([str(python.parent / "eagle3-synth"), *argv], logs / "evaluate.log", "train_demo: `eagle3-synth evaluate`")
+    result = json.loads(report.read_text(encoding="utf-8"))
+    overall, greedy = result["overall"], result["greedy"]["baseline"]
+    positions = " / ".join(f"{p:.3f}" for p in overall["per_position"])
+    settings = result["settings"]
+    print(f"\nServed by SGLang's EAGLE-3 on the held-out rows ({overall['rows']} rows, greedy; steps / topk / draft tokens "
+          f"{settings.get('speculative_num_steps')} / {settings.get('speculative_eagle_topk')} / "
+          f"{settings.get('speculative_num_draft_tokens')}):")
+    print(f"  acceptance length {overall['acceptance_length']:.3f} (1 + drafts accepted per verify step), "
+          f"per position {positions}; {greedy['checked'] - greedy['unequal']} of {greedy['checked']} outputs equal "
+          "to the target's without speculation")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The package's layering, checked on its source: imports flow one way, no circles, small modules.
 
-DESIGN.md: cli -> builder/publish/cluster -> tools -> dataset -> run -> (prompts, engines) -> contract.
+DESIGN.md: cli -> builder/publish/cluster -> tools, evaluate -> dataset -> run -> (prompts, engines) -> contract.
 A module may import its own stage and the stages below; `prompts` and `engines` know nothing of
 each other; the base modules (errors, exit_status, digests, timestamps) import nothing of the package; nothing
 in the library below the command line imports the builder; `contract`, `engines` and the journal do not pull in `datasets`.
@@ -16,7 +16,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "eagle3_synth"
 BASE = {"errors", "exit_status", "digests", "timestamps", "__init__"}
 # cluster sits beside publish: both drive the library from above, neither knows the other, only cli imports them.
-LEVEL = {"contract": 0, "prompts": 1, "engines": 1, "run": 2, "dataset": 3, "tools": 4, "publish": 5, "cluster": 5,
+LEVEL = {"contract": 0, "prompts": 1, "engines": 1, "run": 2, "dataset": 3, "tools": 4, "evaluate": 4, "publish": 5, "cluster": 5,
          "cli": 6}
 MAX_LINES = 400
 

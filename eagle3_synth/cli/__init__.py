@@ -29,6 +29,7 @@ COMMANDS = {
     "export": "export",
     "vocab": "vocab",
     "hidden-states": "hidden_states",
+    "evaluate": "evaluate",
     "plan": "plan",
     "publish": "publish",
     "doctor": "doctor",

@@ -66,6 +66,22 @@ class GenerationRequest:
         return replace(run, **self.sampling)
 
 
+@dataclass(frozen=True)
+class SpeculativeCounts:
+    """One request's speculative decoding, as SGLang reports it in `meta_info` (sglang 0.5.23
+    srt/managers/tokenizer_manager.py:3150-3201): verify steps (`spec_verify_ct`), drafts accepted
+    over all of them (`spec_num_correct_drafts`, the bonus token not counted), drafts proposed
+    (`spec_num_proposed_drafts` = steps x (draft tokens - 1)), and how many steps accepted 0, 1, 2 ...
+    drafts (`spec_correct_drafts_histogram`; empty when SGLang sent none), and SGLang's own
+    `spec_accept_length` (completion tokens / verify steps), kept to check our figures against."""
+
+    verify_steps: int
+    correct_drafts: int
+    proposed_drafts: int
+    correct_drafts_histogram: tuple[int, ...] = ()
+    accept_length: float | None = None
+
+
 @dataclass
 class GenerationResult:
     """One finished sample, as the engine reported it (ids unmodified)."""
@@ -78,6 +94,7 @@ class GenerationResult:
     cached_tokens: int = 0
     error: str | None = None  # set when the engine failed this sample (finish_reason "abort")
     retractions: int = 0  # SGLang's num_retractions: times it was retracted to free KV memory
+    speculative: SpeculativeCounts | None = None  # an engine serving with speculative decoding
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from typing import Any
 
 from eagle3_synth.contract.row import FINISH_REASONS, out_of_range
 from eagle3_synth.errors import EngineError
-from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, abort_result
+from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, SpeculativeCounts, abort_result
 
 
 def _violation(request: GenerationRequest, source: str, what: str) -> EngineError:
@@ -158,6 +158,19 @@ def check_generation(request: GenerationRequest, result: GenerationResult, param
     return result
 
 
+def speculative_counts(meta: dict[str, Any]) -> SpeculativeCounts | None:
+    """The request's speculative decoding counts, when the engine decoded speculatively (SGLang sets
+    them only for a request with at least one verify step: tokenizer_manager.py:3150-3172)."""
+    steps, correct, proposed = (meta.get(key) for key in ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, correct, proposed)):
+        return None
+    histogram = meta.get("spec_correct_drafts_histogram")
+    valid = isinstance(histogram, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in histogram)
+    length = meta.get("spec_accept_length")
+    return SpeculativeCounts(steps, correct, proposed, tuple(histogram) if valid else (),
+                             float(length) if isinstance(length, (int, float)) and not isinstance(length, bool) else None)
+
+
 def check_result(request: GenerationRequest, response: Any, source: str, params: SamplingParams) -> GenerationResult:
     """Turn one SGLang result dict into a checked `GenerationResult`, or raise `EngineError` naming the sample.
 
@@ -200,5 +213,6 @@ def check_result(request: GenerationRequest, response: Any, source: str, params:
         completion_tokens=completion_tokens,
         cached_tokens=cached if isinstance(cached, int) else 0,
         retractions=retractions if isinstance(retractions, int) and not isinstance(retractions, bool) else 0,
+        speculative=speculative_counts(meta),
     )
     return check_generation(request, result, params, source)

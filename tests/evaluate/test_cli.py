@@ -1,0 +1,55 @@
+"""`eagle3-synth evaluate`'s checks before any engine starts, run where SGLang is not installed: a
+refusal here is proof it came before the engine (which would fail first on the missing SGLang)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle3_synth.cli import main
+
+from ..conftest import TINY_MODEL
+from .test_drafter import sglang_drafter, speculators_drafter
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ds")
+    assert main(["build", "B1_glaive", "--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "8",
+                 "--validation", "1", "--out", str(out)]) == 0
+    return out
+
+
+def test_a_misfit_drafter_is_refused_before_the_engine_starts(dataset, tmp_path, capsys):
+    drafter = speculators_drafter(tmp_path / "d", norm_before_residual=True)
+    assert main(["evaluate", str(dataset), "B1_glaive", "--drafter", str(drafter), "--engine-arg", "device=cpu",
+                 "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert f"--drafter {drafter} does not fit the target {TINY_MODEL} (LlamaForCausalLM)" in err
+    assert "norm_before_residual=true" in err and "sglang" not in err.lower().split("does not fit")[0]
+
+
+def test_sglang_http_needs_its_servers(dataset, tmp_path, capsys):
+    drafter = str(sglang_drafter(tmp_path / "d"))
+    assert main(["evaluate", str(dataset), "--drafter", drafter, "--engine", "sglang-http"]) == 2
+    assert "--engine sglang-http needs --url: a server started with the drafter (see --dry-run)" in capsys.readouterr().err
+    assert main(["evaluate", str(dataset), "--drafter", drafter, "--engine", "sglang-http", "--url", "http://x:1"]) == 2
+    assert "give --baseline-url (a server of the target alone) or --no-baseline" in capsys.readouterr().err
+    assert main(["evaluate", str(dataset), "--drafter", drafter, "--num-steps", "0"]) == 2
+    assert "--num-steps must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_server_command_of_the_converted_drafter(dataset, tmp_path, capsys):
+    drafter = speculators_drafter(tmp_path / "d")
+    config = json.loads((drafter / "config.json").read_text())
+    config["transformer_layer_config"].update(layer_types=["sliding_attention"], sliding_window=512, use_sliding_window=True)
+    (drafter / "config.json").write_text(json.dumps(config))
+    served = tmp_path / "served"
+    assert main(["evaluate", str(dataset), "B1_glaive", "--drafter", str(drafter), "--dry-run", "--num-steps", "3",
+                 "--sglang-drafter", str(served), "--dtype", "bfloat16", "--engine-arg", "device=cpu"]) == 0
+    out = capsys.readouterr().out
+    assert (f"python -m sglang.launch_server --model-path {TINY_MODEL} --skip-tokenizer-init --speculative-algorithm EAGLE3 "
+            f"--speculative-draft-model-path {served} --dtype bfloat16 --speculative-num-steps 3 "
+            "--speculative-draft-window-size 512 --device cpu") in out
+    assert json.loads((served / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]

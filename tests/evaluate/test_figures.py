@@ -1,0 +1,47 @@
+"""Acceptance figures from SGLang's per-request counts, and those counts read from `meta_info`."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_synth.engines.base import SpeculativeCounts
+from eagle3_synth.engines.result_checks import speculative_counts
+from eagle3_synth.evaluate.figures import Served, acceptance, greedy_check
+
+
+def test_counts_read_from_meta_info_as_sglang_writes_them():
+    # The keys tokenizer_manager.py:3150-3201 sets (a real 0.5.23 response's meta_info, other keys dropped).
+    meta = {"spec_accept_rate": 0.25, "spec_accept_length": 1.8, "spec_num_correct_drafts": 6,
+            "spec_num_proposed_drafts": 24, "spec_verify_ct": 8, "spec_correct_drafts_histogram": [4, 2, 1, 0]}
+    assert speculative_counts(meta) == SpeculativeCounts(8, 6, 24, (4, 2, 1, 0), 1.8)
+    assert speculative_counts({"prompt_tokens": 5}) is None  # served without speculation
+    assert speculative_counts({**meta, "spec_correct_drafts_histogram": None}).correct_drafts_histogram == ()
+
+
+def test_acceptance_is_a_ratio_of_sums_with_the_spread_over_requests():
+    served = [Served("B1", 0, 0, 10, SpeculativeCounts(4, 6, 12, (1, 1, 0, 2))),
+              Served("B1", 1, 0, 5, SpeculativeCounts(4, 0, 12, (4,))),
+              Served("B1", 2, 1, 1, None)]
+    figures = acceptance(served)
+    assert figures["rows"] == 3 and figures["rows_without_steps"] == 1
+    assert figures["acceptance_length"] == pytest.approx(1 + 6 / 8)
+    assert figures["tokens_per_step"] == pytest.approx(15 / 8)
+    assert figures["acceptance_rate"] == pytest.approx(6 / 24)
+    assert figures["correct_drafts_histogram"] == [5, 1, 0, 2]
+    # steps that accepted >= 1, >= 2, >= 3 drafts, of all 8
+    assert figures["per_position"] == pytest.approx([3 / 8, 2 / 8, 2 / 8])
+    assert figures["acceptance_length_spread"]["p50"] == pytest.approx((2.5 + 1.0) / 2)
+
+
+def test_no_verify_step_gives_no_figure_rather_than_a_division_by_zero():
+    figures = acceptance([Served("B1", 0, 0, 1, None)])
+    assert figures["acceptance_length"] is None and figures["per_position"] == []
+
+
+def test_greedy_check_names_the_unequal_rows():
+    served = [Served("B1", 7, 0, 3, None, equal_to_row=False, equal_to_baseline=True),
+              Served("B1", 8, 0, 3, None, equal_to_row=True, equal_to_baseline=True),
+              Served("B2", 9, 0, 3, None)]  # sampled: not checked
+    check = greedy_check(served)
+    assert check["row"] == {"checked": 2, "unequal": 1, "unequal_rows": ["B1:7"]}
+    assert check["baseline"] == {"checked": 2, "unequal": 0, "unequal_rows": []}
