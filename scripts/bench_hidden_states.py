@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eagle3_synth.tools.hidden_layers import model_parts
-from eagle3_synth.tools.hidden_layouts import LAYOUTS, Item
-from eagle3_synth.tools.hidden_states import (HiddenStatesOptions, Plan, batches_by_length, load_model, padded_batch,
+from eagle3_synth.train.hidden_states.layers import model_parts
+from eagle3_synth.train.hidden_states.layouts import LAYOUTS, Item
+from eagle3_synth.train.hidden_states.compute import (HiddenStatesOptions, FilePlan, batches_by_length, load_model, padded_batch,
                                               write_states)
 
 TINY = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models" / "tiny-kimi"
@@ -57,7 +57,7 @@ def layout_run(model, items: list[Item], fmt: str, options: HiddenStatesOptions)
     folder = Path(tempfile.mkdtemp(prefix=f"bench-hs-{fmt}-"))
     try:
         layout = LAYOUTS[fmt](folder)
-        plan = Plan(items=items, pending=items, layers=LAYERS, hidden_size=128, bytes_per_token=0, counts=None)
+        plan = FilePlan(items=items, pending=items, layers=LAYERS, hidden_size=128, bytes_per_token=0, counts=None)
         start = time.perf_counter()
         write_states(model, plan, layout, options, progress=False)
         elapsed = time.perf_counter() - start

@@ -31,7 +31,7 @@ from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.dataset.card import config_data_files, render_card
 from eagle3_synth.dataset.folder_lock import folder_lock
 from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_rows
-from eagle3_synth.prompts.validation import SPLITS
+from eagle3_synth.prompts.held_out import SPLITS
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 from eagle3_synth.run.kill_points import kill_point
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.adapters import get_adapter
-from eagle3_synth.prompts.validation import check_validation
+from eagle3_synth.prompts.held_out import check_validation
 
 DEFAULT_MAX_NEW_TOKENS = 10_240
 # `turns`: "last" generates a conversation's final answer only; "all" every assistant turn.
@@ -65,7 +65,7 @@ class ConfigSpec:
     # Which assistant turns the target writes (`prompts/turns.py`): "last" (the final answer, after
     # the source's own earlier turns) or "all" (every turn, each on the target's own history).
     turns: str = "last"
-    # Whole conversations held out as the `validation` split (`prompts/validation.py`): a count N,
+    # Whole conversations held out as the `validation` split (`prompts/held_out.py`): a count N,
     # a fraction, or None (train only); `--validation` overrides it.
     validation: float | int | None = None
 

@@ -30,7 +30,7 @@ from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix, check_sampling_mix
-from eagle3_synth.prompts.validation import check_validation
+from eagle3_synth.prompts.held_out import check_validation
 from eagle3_synth.run.shards import Shard, resolve_auto
 from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
 

@@ -9,7 +9,7 @@ Token-exact by construction: the ids are concatenated, never decoded. What the m
 
 With `datasets`:
 
-    from eagle3_synth.tools.training import training_map_fn
+    from eagle3_synth.train.loss_mask import training_map_fn
     ds = load_dataset("org/eagle3-synth", "B1_glaive", split="train")
     train = ds.map(training_map_fn(train_on="output"), batched=True, remove_columns=ds.column_names)
 """
@@ -47,7 +47,7 @@ def loss_mask(prompt_len: int, output_len: int, response_start: int, train_on: T
 
 def masked_output_starts(lengths: np.ndarray, response_starts: np.ndarray | None, train_on: TrainOn) -> np.ndarray:
     """Per row, the first index of `output_ids` under the loss mask (== length: none), as
-    `loss_mask` sets it (its column form, for counting tokens under the mask: `tools/vocab.py`): 0 for `output`; `response_start`, or the length when reasoning
+    `loss_mask` sets it (its column form, for counting tokens under the mask: `train/draft_vocab.py`): 0 for `output`; `response_start`, or the length when reasoning
     never ended (`-1`), for `response`."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if train_on == "output":

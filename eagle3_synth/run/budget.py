@@ -82,7 +82,7 @@ def measure(run_dir: str) -> Measured:
 
 
 @dataclass(frozen=True)
-class PlanRow:
+class BudgetRow:
     config: str
     cap: int
     mean_output_tokens: float
@@ -92,8 +92,8 @@ class PlanRow:
 
 
 @dataclass(frozen=True)
-class Plan:
-    rows: list[PlanRow]
+class Budget:
+    rows: list[BudgetRow]
     tokens_per_second: float
     hours: float
     nodes: int
@@ -120,8 +120,8 @@ class Plan:
                 "pass: " + "; ".join(f"{r.config} --limit {r.limit}" for r in self.rows)]
 
 
-def make_plan(measured: Sequence[Measured], hours: float, *, nodes: int = 1,
-              tokens_per_second: float | None = None) -> Plan:
+def plan_budget(measured: Sequence[Measured], hours: float, *, nodes: int = 1,
+                tokens_per_second: float | None = None) -> Budget:
     """Limits per config keeping the caps' shares, scaled to fit (module doc)."""
     if not hours > 0:
         raise ConfigError(f"--hours must be > 0, got {hours}")
@@ -145,6 +145,6 @@ def make_plan(measured: Sequence[Measured], hours: float, *, nodes: int = 1,
     rows = []
     for m in measured:
         limit = min(m.cap, math.floor(m.cap * scale))
-        rows.append(PlanRow(m.config, m.cap, m.mean_output_tokens, m.cap * m.mean_output_tokens / rate / 3600, limit,
+        rows.append(BudgetRow(m.config, m.cap, m.mean_output_tokens, m.cap * m.mean_output_tokens / rate / 3600, limit,
                             limit * m.mean_output_tokens / rate / 3600))
-    return Plan(rows, tokens_per_second, hours, nodes, source)
+    return Budget(rows, tokens_per_second, hours, nodes, source)

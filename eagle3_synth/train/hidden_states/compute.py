@@ -1,8 +1,8 @@
 """`hidden-states`: the target's hidden states for the rows of a built dataset, in a trainer's layout.
 
-The rows are chosen and masked exactly as `export --format ids` does (`tools/export.py:
+The rows are chosen and masked exactly as `export --format ids` does (`train/export.py:
 ids_record`, the same `--train-on`, `--max-length`, `--overlong`), so the ids, the masks and the
-states cannot disagree. Files go where each trainer reads them (`tools/hidden_layouts.py`):
+states cannot disagree. Files go where each trainer reads them (`train/hidden_states/layouts.py`):
 
 - speculators: one file per row of the dataset its `prepare-data` saved, which it shuffles
   (`data_generation/preprocessing.py: load_and_preprocess_dataset`, `.shuffle(seed)`); each
@@ -14,7 +14,7 @@ states cannot disagree. Files go where each trainer reads them (`tools/hidden_la
 
 States come from one forward of the model's decoder stack per batch of rows (sorted by length,
 right-padded: a causal model's state at a real position never sees the padding), captured by
-forward pre-hooks (`tools/hidden_layers.py`). A file is written under a temporary name and renamed,
+forward pre-hooks (`train/hidden_states/layers.py`). A file is written under a temporary name and renamed,
 so a rerun skips finished files, redoes torn ones, and any number of shards (`--num-shards`) can
 share a folder.
 """
@@ -36,9 +36,9 @@ import numpy as np
 from eagle3_synth.engines.dtypes import DTYPES
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.shards import Shard
-from eagle3_synth.tools.export import OVERLONG, ExportOptions, ids_record, too_few_loss_tokens
-from eagle3_synth.tools.hidden_layers import LayerCapture, model_parts, num_decoder_layers, resolve_layers
-from eagle3_synth.tools.hidden_layouts import LAYOUTS, Item, check_manifest
+from eagle3_synth.train.export import OVERLONG, ExportOptions, ids_record, too_few_loss_tokens
+from eagle3_synth.train.hidden_states.layers import LayerCapture, model_parts, num_decoder_layers, resolve_layers
+from eagle3_synth.train.hidden_states.layouts import LAYOUTS, Item, check_manifest
 
 log = logging.getLogger(__name__)
 NO_LOSS = "have no token under the loss mask"
@@ -55,7 +55,7 @@ class HiddenStatesOptions:
     folder: Path
     model: str
     drafter: str = "eagle3"
-    # vLLM layer ids; None = the drafter's default (tools/hidden_layers.py).
+    # vLLM layer ids; None = the drafter's default (train/hidden_states/layers.py).
     layers: tuple[int, ...] | None = None
     train_on: str = "output"
     max_length: int | None = None
@@ -99,7 +99,7 @@ class HiddenStatesOptions:
 
 
 @dataclass
-class Plan:
+class FilePlan:
     """What a run will do, printed before any file is written (and all `--dry-run` prints)."""
 
     items: list[Item]  # this shard's files, in dataset order
@@ -206,8 +206,8 @@ def load_prepared(folder: Path) -> Any:
     return dataset.with_format(None)
 
 
-def make_plan(items: list[Item], layout: Any, options: HiddenStatesOptions, model_config: Any,
-              counts: Counter) -> Plan:
+def plan_files(items: list[Item], layout: Any, options: HiddenStatesOptions, model_config: Any,
+               counts: Counter) -> FilePlan:
     """This shard's items, which are still to write, the layers and the bytes it will take."""
     n = num_decoder_layers(model_config)
     layers = resolve_layers(options.layers, n, options.drafter)
@@ -218,8 +218,8 @@ def make_plan(items: list[Item], layout: Any, options: HiddenStatesOptions, mode
     itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[options.dtype]
     mine = [item for position, item in enumerate(items) if options.shard.owns(position)]
     pending = [item for item in mine if not (layout.path(item).is_file() and layout.is_whole(layout.path(item), item))]
-    return Plan(items=mine, pending=pending, layers=layers, hidden_size=hidden,
-                bytes_per_token=layout.bytes_per_token(len(layers), hidden, itemsize), counts=counts)
+    return FilePlan(items=mine, pending=pending, layers=layers, hidden_size=hidden,
+                    bytes_per_token=layout.bytes_per_token(len(layers), hidden, itemsize), counts=counts)
 
 
 def batches_by_length(items: list[Item], batch_tokens: int) -> Iterator[list[Item]]:
@@ -294,7 +294,7 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def write_states(model: Any, plan: Plan, layout: Any, options: HiddenStatesOptions, progress: bool | None = None) -> int:
+def write_states(model: Any, plan: FilePlan, layout: Any, options: HiddenStatesOptions, progress: bool | None = None) -> int:
     """Compute and write every pending file; returns how many were written."""
     from tqdm import tqdm
 
@@ -316,16 +316,16 @@ def write_states(model: Any, plan: Plan, layout: Any, options: HiddenStatesOptio
     return written
 
 
-def prepare(source: Any, options: HiddenStatesOptions, model_config: Any) -> tuple[Plan, Any]:
+def prepare(source: Any, options: HiddenStatesOptions, model_config: Any) -> tuple[FilePlan, Any]:
     """Select the rows, match them to the layout's files and plan the run (no model loaded)."""
     layout = LAYOUTS[options.fmt](options.folder)
     counts: Counter = Counter()
     batches = ((config, source.iter_batches(config)) for config in options.configs)
     items = (speculators_items if options.fmt == "speculators" else specforge_items)(batches, options, counts)
-    return make_plan(items, layout, options, model_config, counts), layout
+    return plan_files(items, layout, options, model_config, counts), layout
 
 
-def manifest_settings(plan: Plan, options: HiddenStatesOptions) -> dict[str, Any]:
+def manifest_settings(plan: FilePlan, options: HiddenStatesOptions) -> dict[str, Any]:
     # One config is recorded as its name (as before several could be given), several as a list.
     config: str | list[str] = options.configs[0] if len(options.configs) == 1 else list(options.configs)
     return {"format": options.fmt, "config": config, "model": str(options.model), "layers": plan.layers,
@@ -333,7 +333,7 @@ def manifest_settings(plan: Plan, options: HiddenStatesOptions) -> dict[str, Any
             **options.selection()}
 
 
-def record_manifest(plan: Plan, layout: Any, options: HiddenStatesOptions) -> None:
+def record_manifest(plan: FilePlan, layout: Any, options: HiddenStatesOptions) -> None:
     check_manifest(layout.folder, manifest_settings(plan, options))
 
 

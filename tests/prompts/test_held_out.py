@@ -7,7 +7,7 @@ import pytest
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import ConfigSpec
-from eagle3_synth.prompts.validation import check_validation, split_of, validation_conversations, validation_draws
+from eagle3_synth.prompts.held_out import check_validation, split_of, validation_conversations, validation_draws
 from eagle3_synth.run.settings import GenerationSettings
 
 # Rollout -> conversation, as `prompt_slots().conversation` gives it: 3 rollouts of each of 200.

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_synth.tools.hidden_layers import model_parts
-from eagle3_synth.tools.hidden_layouts import Item
+from eagle3_synth.train.hidden_states.layers import model_parts
+from eagle3_synth.train.hidden_states.layouts import Item
 
 # Largest |difference| between reproduced and reference logits, relative to the largest |logit|:
 # the storage dtype's precision, with room for a batched vs single-row forward.

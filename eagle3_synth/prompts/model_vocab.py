@@ -43,7 +43,7 @@ _SHOWN = 3
 
 
 @dataclass(frozen=True)
-class Vocabulary:
+class ModelVocab:
     """How many ids the model has, and where that was read (for messages and the run's meta)."""
 
     size: int
@@ -53,13 +53,13 @@ class Vocabulary:
         return {"size": self.size, "from": self.source}
 
 
-def vocabulary(model: str | None, tokenizer: Any) -> Vocabulary:
+def model_vocab(model: str | None, tokenizer: Any) -> ModelVocab:
     """The model config's `vocab_size` where `model` is a folder with a config.json that has one,
     else `len(tokenizer)`."""
     size = model_config_value(model, "vocab_size", "a model folder whose config.json is valid JSON")
     if size is not None:
-        return Vocabulary(size, CONFIG_SIZE)
-    return Vocabulary(len(tokenizer), TOKENIZER_SIZE)
+        return ModelVocab(size, CONFIG_SIZE)
+    return ModelVocab(len(tokenizer), TOKENIZER_SIZE)
 
 
 def _config_special_ids(model: str) -> dict[str, set[int]]:
@@ -118,11 +118,11 @@ def _own_tokenizer(model: str, tokenizer_path: str | None) -> bool:
 
 
 def check_model_and_tokenizer(model: str | None, tokenizer_path: str | None, tokenizer: Any, *,
-                              trust_remote_code: bool = False) -> Vocabulary:
-    """The model's `Vocabulary`, after refusing (one-line ConfigError naming both folders) a tokenizer
+                              trust_remote_code: bool = False) -> ModelVocab:
+    """The model's `ModelVocab`, after refusing (one-line ConfigError naming both folders) a tokenizer
     that does not belong to the model (see the module doc). Reads only small JSON files and, where
     --tokenizer is not the model's own, the model's tokenizer: the weights are not touched."""
-    vocab = vocabulary(model, tokenizer)
+    vocab = model_vocab(model, tokenizer)
     if not model or not Path(model).is_dir():
         return vocab
     problems = []

@@ -7,7 +7,7 @@ so the report says how many are kept (coverage). The mapping has two halves, in 
 - `d2t` (draft -> target): `target_id = i + d2t[i]` for draft id `i` (an offset, int64);
 - `t2d` (target -> draft): a bool mask over the whole target vocabulary, True where kept.
 
-What is counted: the ids of `output_ids` under the loss mask of `eagle3_synth.tools.training`
+What is counted: the ids of `output_ids` under the loss mask of `eagle3_synth.train.loss_mask`
 (`train_on="output"`: every generated token; `"response"`: from `response_start` on, nothing when
 reasoning never ended), for whole columns at once (`training.masked_output_starts`). Ids are never
 decoded.
@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 from eagle3_synth.dataset.stores import RowSource
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.prepare import model_config_value
-from eagle3_synth.tools.files import unique_temporary
-from eagle3_synth.tools.training import TRAIN_ON, TrainOn, masked_output_starts
+from eagle3_synth.files import unique_temporary
+from eagle3_synth.train.loss_mask import TRAIN_ON, TrainOn, masked_output_starts
 
 
 def model_vocab_size(folder: str | Path) -> int | None:

@@ -42,7 +42,7 @@ def clear_stale(path: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def publish(tmp: Path, path: Path) -> None:
+def rename_into_place(tmp: Path, path: Path) -> None:
     kill_point("hidden_states.before_rename")
     os.replace(tmp, path)
 
@@ -84,7 +84,7 @@ class SpeculatorsLayout:
         clear_stale(path)
         tmp = temp_path(path)
         save_file(tensors, str(tmp))
-        publish(tmp, path)
+        rename_into_place(tmp, path)
 
     def is_whole(self, path: Path, item: Item) -> bool:
         """A finished file: safetensors' header and sizes check out, with this row's length."""
@@ -133,7 +133,7 @@ class SpecForgeLayout:
         clear_stale(path)
         tmp = temp_path(path)
         torch.save(data, tmp)
-        publish(tmp, path)
+        rename_into_place(tmp, path)
 
     def is_whole(self, path: Path, item: Item) -> bool:
         import torch

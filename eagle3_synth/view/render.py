@@ -11,7 +11,7 @@ from typing import Any
 
 from eagle3_synth.contract.boundaries import reasoning_end
 
-from eagle3_synth.tools.decode import display_text
+from eagle3_synth.view.decode import display_text
 
 COLOURS = {
     "prompt": "\033[2m",

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.prompts.vocabulary import check_model_and_tokenizer, vocabulary
+from eagle3_synth.prompts.model_vocab import check_model_and_tokenizer, model_vocab
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
 
@@ -28,8 +28,8 @@ def model_folder(tmp_path, config: dict, generation_config: dict | None = None, 
 
 def test_the_size_is_the_configs_vocab_size_else_the_tokenizers_length(tmp_path, kimi_tokenizer):
     nested = model_folder(tmp_path, {"text_config": {"vocab_size": 4096}})  # multimodal models nest it (Kimi-K2.5)
-    assert vocabulary(nested, kimi_tokenizer).to_json() == {"size": 4096, "from": "vocab_size of the model's config.json"}
-    assert vocabulary(str(KIMI_TOKENIZER), kimi_tokenizer).to_json() == {
+    assert model_vocab(nested, kimi_tokenizer).to_json() == {"size": 4096, "from": "vocab_size of the model's config.json"}
+    assert model_vocab(str(KIMI_TOKENIZER), kimi_tokenizer).to_json() == {
         "size": len(kimi_tokenizer), "from": "len(tokenizer): no config.json with a vocab_size"}
 
 

@@ -41,9 +41,9 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.conversation import Conversation, count_calls
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.prompts.history import history_message
-from eagle3_synth.tools.decode import decode_ids
-from eagle3_synth.tools.files import unique_temporary
-from eagle3_synth.tools.training import TrainOn, masked_output_starts, training_example
+from eagle3_synth.view.decode import decode_ids
+from eagle3_synth.files import unique_temporary
+from eagle3_synth.train.loss_mask import TrainOn, masked_output_starts, training_example
 
 Row = Mapping[str, Any]
 OVERLONG = ("drop", "truncate")

@@ -38,7 +38,7 @@ from eagle3_synth.contract.row import FINISH_REASONS, out_of_range
 from eagle3_synth.dataset.stores import Provenance
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.prompts.rollouts import ChatTokenizers
-from eagle3_synth.prompts.vocabulary import Vocabulary, vocabulary
+from eagle3_synth.prompts.model_vocab import ModelVocab, model_vocab
 
 # How many leading prompt ids, repeated at the start of the output, count as a leaked prompt.
 LEAK_PREFIX = 8
@@ -65,15 +65,15 @@ KINDS: dict[str, str] = {
 BOUNDARY_COLUMNS = ("reasoning_start", "think_end", "response_start", "stop_index")
 
 
-def data_vocabulary(provenance: Provenance, tokenizer: Any) -> Vocabulary:
+def data_vocabulary(provenance: Provenance, tokenizer: Any) -> ModelVocab:
     """The vocabulary a config's ids are checked against: the size its run recorded; for a run
     that recorded none, the recorded model folder's config.json where it is here, else
-    `len(tokenizer)` (`prompts.vocabulary`, the one rule)."""
+    `len(tokenizer)` (`prompts.model_vocab`, the one rule)."""
     recorded = provenance.vocab_size
     if isinstance(recorded, dict) and isinstance(recorded.get("size"), int):
-        return Vocabulary(recorded["size"], recorded.get("from") or f"recorded in {provenance.origin}")
+        return ModelVocab(recorded["size"], recorded.get("from") or f"recorded in {provenance.origin}")
     model = provenance.model if provenance.model and Path(provenance.model).is_dir() else None
-    return vocabulary(model, tokenizer)
+    return model_vocab(model, tokenizer)
 
 
 class RowValidator:
@@ -82,7 +82,7 @@ class RowValidator:
     def __init__(self, tokenizer: Any, markers: MarkerIds, template_kwargs: Mapping[str, Any] | None = None, *,
                  form: MessageForm | None = None, profile: ModelProfile | None = None,
                  template_date: str | None = None, kwarg_overrides: Mapping[str, Any] | None = None,
-                 vocab: Vocabulary | None = None, max_new_tokens: int | None = None):
+                 vocab: ModelVocab | None = None, max_new_tokens: int | None = None):
         # The message form and date the data was templated with (recorded in run info); without a
         # recorded form the template is probed again with the profile's settings, as a run does.
         self.chat = ChatTokenizer(tokenizer, template_kwargs, form=form, profile=profile, template_date=template_date)
@@ -94,7 +94,7 @@ class RowValidator:
         self.stop_ids = frozenset(markers.stop_ids)
         # Ids are checked against the model's vocabulary (len(tokenizer) when nothing better is known)
         # and outputs against the run's cap (unchecked when not recorded).
-        self.vocab = vocab or vocabulary(None, tokenizer)
+        self.vocab = vocab or model_vocab(None, tokenizer)
         self.max_new_tokens = max_new_tokens
 
     def check(self, row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:

@@ -25,9 +25,9 @@ import torch
 
 from eagle3_synth.cli import main
 from eagle3_synth.dataset.stores import open_source
-from eagle3_synth.tools.training import loss_mask
-from eagle3_synth.tools.training import masked_output_starts
-from eagle3_synth.tools.vocab import select_draft_vocab
+from eagle3_synth.train.loss_mask import loss_mask
+from eagle3_synth.train.loss_mask import masked_output_starts
+from eagle3_synth.train.draft_vocab import select_draft_vocab
 
 from ..conftest import TINY_MODEL
 from ..support.built_datasets import KIMI_CONFIG, QWEN_CONFIG, build, checks_dataset, write_prompts
