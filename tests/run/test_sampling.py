@@ -19,10 +19,10 @@ from eagle3_synth.errors import ConfigError
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
 from ..engines.test_sglang_engine import FIELD_NAMES, FIELDS
-from ..support import sglang_results as R
+from stand_ins import sglang_results as R
 from ..support.cli_processes import config_rows
 from ..support.fake_sglang import Engine as FakeEngine, Reply
-from ..support.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
+from stand_ins.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
 
 CONFIG = "B2_hermes_fc"
 MIX = "temperature=0.0:0.5,temperature=1.0+top_k=20+min_p=0.05:0.5"

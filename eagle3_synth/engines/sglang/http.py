@@ -2,7 +2,7 @@
 
 One prompt per request (a router picks one worker per HTTP request, and a batch request returns
 only when its slowest prompt ends), `max_in_flight` requests at once over keep-alive connections
-(aiohttp: the fastest of the clients measured, see BENCHMARKS.md). Several `--url`s are used in
+(aiohttp: the fastest of the clients measured, see benchmarks/README.md). Several `--url`s are used in
 turn; a URL that refuses connections is skipped for a while.
 
 Failures:

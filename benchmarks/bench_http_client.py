@@ -1,15 +1,15 @@
 #!/usr/bin/env python
 """Requests/s of the sglang-http engine against an instant local /generate server (floor: 500/s).
 
-The server (tests/support/sglang_server.py, `--backend instant`) answers every request at once
+The server (stand_ins/sglang_server.py, `--backend instant`) answers every request at once
 with 8 output ids and runs in its own process, so this measures our side: request building,
 aiohttp, JSON, result checks, the in-flight window. A real engine is far slower per request;
 the floor only says the client is never what a run waits for.
 
-    python scripts/bench_http_client.py                      # 20,000 requests, window 256
-    python scripts/bench_http_client.py --compare-clients    # also raw aiohttp vs httpx loops
+    python -m benchmarks.bench_http_client                      # 20,000 requests, window 256
+    python -m benchmarks.bench_http_client --compare-clients    # also raw aiohttp vs httpx loops
 
-Prints one Markdown table row per measurement, for BENCHMARKS.md.
+Prints one Markdown table row per measurement, for benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams  # noqa: E402
 from eagle3_synth.engines.retry import RetryPolicy  # noqa: E402
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine  # noqa: E402
-from tests.support.sglang_server import server_process  # noqa: E402
+from stand_ins.sglang_server import server_process  # noqa: E402
 
 FLOOR = 500.0
 PROMPT_TOKENS = 300

@@ -11,7 +11,7 @@ real SGLang 0.5.23 (CPU backend, bf16, the bundled tiny model) and through `eagl
   server's prefix cache is flushed (`/flush_cache`) before each pass.
 
 Each pair alternates (build, bare, build, bare ...), so neither always runs on a warmer machine.
-Prints Markdown rows for BENCHMARKS.md: wall seconds of each and their ratio (floor 1.15x).
+Prints Markdown rows for benchmarks/README.md: wall seconds of each and their ratio (floor 1.15x).
 
 Generation must dominate for the ratio to mean what a real run sees: the bundled model ends its
 answers after ~30 tokens, so `--random-model` serves a copy of it with random weights (same
@@ -21,7 +21,7 @@ tokenizer and template, `--layers`/`--hidden` of its own, seeded), whose greedy 
 lines give (build_big - build_small) / (bare_big - bare_small), what eagle3-synth adds to each
 sample's generation.
 
-    python scripts/bench_sglang_overhead.py --sglang-python .venv-sglang/bin/python \
+    python -m benchmarks.bench_sglang_overhead --sglang-python .venv-sglang/bin/python \
         --random-model --prompts 128 512 --max-new-tokens 256
 """
 
@@ -197,8 +197,7 @@ def main() -> None:
                 report(path, size, i, build_s, bare_s, (built_tokens, json.loads(printed.splitlines()[-1])["tokens"]))
                 shutil.rmtree(out, ignore_errors=True)
     if args.skip != "http":
-        sys.path.insert(0, str(ROOT))
-        from tests.support.real_sglang import RealServer  # the test suite's server: started and stopped by pid
+        from stand_ins.real_sglang import RealServer  # the test suite's server: started and stopped by pid
 
         os.environ["EAGLE3_SYNTH_SGLANG_PYTHON"] = args.sglang_python
         path = "HTTP (`--engine sglang-http`, one server)"

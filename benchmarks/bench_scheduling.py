@@ -2,7 +2,7 @@
 """Does the in-flight window keep a continuous-batching engine busy? Idle fraction by strategy.
 
 This runs against a MODEL of an engine, not SGLang: a local /generate server
-(tests/support/sglang_server.py, `--backend batching`) with N slots, where each request holds a
+(stand_ins/sglang_server.py, `--backend batching`) with N slots, where each request holds a
 slot for (its output tokens x a constant per-token time) and the rest wait in FIFO order. Output
 lengths are long-tailed and fixed per prompt: log-normal, median ~500 tokens, capped at 10,240
 (a few percent sit at the cap). The model ignores prefill, batch-size-dependent step time and
@@ -17,8 +17,8 @@ Reported: wall time, idle fraction of the slots over the whole run, and before t
 the last admission -- after that every strategy can only empty out). Floor for the window: idle
 before drain < 2%.
 
-    python scripts/bench_scheduling.py                 # 8,192 prompts, 256 slots, 1 ms/token
-    python scripts/bench_scheduling.py --prompts 2048 --chunk 512   # quicker
+    python -m benchmarks.bench_scheduling                 # 8,192 prompts, 256 slots, 1 ms/token
+    python -m benchmarks.bench_scheduling --prompts 2048 --chunk 512   # quicker
 
 Dependent turns (issue 13), `--conversations N`: instead of the table above, N conversations of
 1-6 turns (`--turns uniform`: each count equally likely, mean 3.5 -- the default, the harder case;
@@ -40,8 +40,8 @@ while new rollouts remain, is the server's /stats taken when the feed first runs
 rollouts. On a 2-core VM the defaults below (2,048 conversations, 256 slots, 1 ms/token, uniform
 turns) take about two minutes for both strategies (--longest-first: under three):
 
-    python scripts/bench_scheduling.py --conversations 2048
-    python scripts/bench_scheduling.py --conversations 2048 --turns skewed
+    python -m benchmarks.bench_scheduling --conversations 2048
+    python -m benchmarks.bench_scheduling --conversations 2048 --turns skewed
 """
 
 from __future__ import annotations
@@ -60,11 +60,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams  # noqa: E402
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine  # noqa: E402
-from tests.support.sglang_server import ContinuousBatchingModel, server_process  # noqa: E402
+from stand_ins.sglang_server import ContinuousBatchingModel, server_process  # noqa: E402
 
 CAP = 10_240
 STOP = 2

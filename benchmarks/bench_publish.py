@@ -1,13 +1,13 @@
 """Benchmark the local part of `eagle3-synth publish` on a large synthetic config.
 
-Uses the synthetic folder of scripts/bench_data_checks.py (Kimi fixture tokenizer, real chat
+Uses the synthetic folder of benchmarks/bench_data_checks.py (Kimi fixture tokenizer, real chat
 templates, log-normal output lengths up to 10,240 tokens), then times each phase of a release in
 this process -- the contract check (every row re-templated and its boundaries recomputed), staging
 the tree (viewer-sized shards, plots, card), the same with preview columns -- and runs the whole
 `publish --dry-run` as a subprocess for wall time and peak memory. The upload itself is not timed:
 against a loopback server it says nothing about the Hub.
 
-    python scripts/bench_publish.py --rows 12000 [--out /tmp/bench-publish] [--keep]
+    python -m benchmarks.bench_publish --rows 12000 [--out /tmp/bench-publish] [--keep]
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data_checks import CONFIG, run, write_dataset
+from benchmarks.bench_data_checks import CONFIG, run, write_dataset
 
 
 def main() -> int:

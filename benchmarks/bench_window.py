@@ -2,7 +2,7 @@
 """The in-flight window against a KV-bounded engine with attention DP: static (before) vs load-driven.
 
 This runs against a MODEL of an engine, not SGLang: a local /generate server
-(tests/support/sglang_server.py, `--backend kv`) with `--ranks` attention-DP schedulers, each
+(stand_ins/sglang_server.py, `--backend kv`) with `--ranks` attention-DP schedulers, each
 running requests while its KV memory holds their prompt + output tokens (the rest wait), each
 request then taking (output tokens x a per-token time). It serves server info as sglang 0.5.23
 reports attention DP (`attn_dp_size=N`, `dp_size=1`, `effective_max_running_requests_per_dp` =
@@ -25,9 +25,9 @@ last `--cache-prefixes` distinct groups it served (LRU), in the order the run ha
 shuffled (the source's order) vs grouped (`run.conversations.grouped_by_prefix`, what the SGLang
 engines use now). Reported: the share of prompt tokens served from the cache.
 
-    python scripts/bench_window.py                          # both cases, 8 ranks
-    python scripts/bench_window.py --reported-capacity 64   # one case
-    python scripts/bench_window.py --radix                  # the prefix-cache model only
+    python -m benchmarks.bench_window                          # both cases, 8 ranks
+    python -m benchmarks.bench_window --reported-capacity 64   # one case
+    python -m benchmarks.bench_window --radix                  # the prefix-cache model only
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams  # noqa: E402
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine  # noqa: E402
-from tests.support.sglang_server import server_process  # noqa: E402
+from stand_ins.sglang_server import server_process  # noqa: E402
 
 CAP = 10_240
 STOP = 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Time `hidden-states` on this CPU with the tiny model, against one bare forward over the same batches.
 
-    python scripts/bench_hidden_states.py [--rows 160] [--max-len 1024] [--repeats 3]
+    python -m benchmarks.bench_hidden_states [--rows 160] [--max-len 1024] [--repeats 3]
 
 Rows of random ids (lengths spread from 32 to --max-len) are batched by length as the command
 batches them (`--batch-tokens`); "bare" is the decoder stack's forward over those batches and

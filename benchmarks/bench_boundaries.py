@@ -2,7 +2,7 @@
 """Time the boundary finder per sample, for one-token markers (Kimi) and markers of several tokens
 (gpt-oss harmony, DeepSeek-V4 DSML), on synthetic ~2,000-id outputs of the fixture tokenizers.
 
-    python scripts/bench_boundaries.py [--samples 3000]
+    python -m benchmarks.bench_boundaries [--samples 3000]
 
 Each output is ordinary ids with the family's markers written in by encoding marker text, a third
 with a tool call; the figure is microseconds per sample of `prompt_opens_reasoning` +

@@ -19,7 +19,7 @@ then runs the real command line, each step in a fresh process (peak RSS and CPU 
   3. together: `eagle3-synth build CONFIG --tokenizer T --engine replay --replay R --prompts P
      --out OUT2` -- both in one command, as a user runs it.
 
-    python scripts/bench_result_path.py --sizes 10000 50000 100000
+    python -m benchmarks.bench_result_path --sizes 10000 50000 100000
 
 The result-path figure is samples / (generate's result-path part + assemble), in wall and CPU time.
 """
@@ -41,7 +41,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 CONFIG = "B1_glaive"
 TOKENIZER = ROOT / "tests" / "fixtures" / "tokenizers" / "kimi_k25"

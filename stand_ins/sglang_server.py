@@ -24,7 +24,7 @@ client's event loop reads -- instead of sleeping, each gap once the client read 
 so whether an idle timeout fires follows from the gaps the server made, not from how busy the
 machine is.
 
-Run in a thread (`ServerThread`, for tests) or as a process (`python -m tests.support.sglang_server`,
+Run in a thread (`ServerThread`, for tests) or as a process (`python -m stand_ins.sglang_server`,
 for benchmarks: prints its URL, serves until killed).
 """
 
@@ -818,9 +818,9 @@ class ServerThread:
 
 @contextmanager
 def server_process(*args: str) -> Iterator[str]:
-    """Run `python -m tests.support.sglang_server ARGS` (its own process, so its own core); yield its URL."""
-    root = Path(__file__).resolve().parents[2]
-    process = subprocess.Popen([sys.executable, "-m", "tests.support.sglang_server", *args], cwd=root,
+    """Run `python -m stand_ins.sglang_server ARGS` (its own process, so its own core); yield its URL."""
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen([sys.executable, "-m", "stand_ins.sglang_server", *args], cwd=root,
                                stdout=subprocess.PIPE, text=True)
     try:
         url = process.stdout.readline().strip()

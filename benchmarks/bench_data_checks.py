@@ -5,7 +5,7 @@ templated with its chat template, output lengths log-normal up to 10,240 tokens,
 ~30% with a tool call), then runs each command as a subprocess and reports wall time, rows/s and
 peak memory (max RSS of the child).
 
-    python scripts/bench_data_checks.py --rows 12000 [--out /tmp/bench-checks] [--keep] [--reuse]
+    python -m benchmarks.bench_data_checks --rows 12000 [--out /tmp/bench-checks] [--keep] [--reuse]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/bench_scheduling.py's dependent-turns mode (issue 13): the workload, and both strategies end to end
+"""benchmarks/bench_scheduling.py's dependent-turns mode: the workload, and both strategies end to end
 on a tiny model engine."""
 
 from __future__ import annotations
@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ..support.scripts import load_script
-
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "bench_scheduling.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script("bench_scheduling")
+    from benchmarks import bench_scheduling
+
+    return bench_scheduling
 
 
 def test_workload_is_seeded_and_turns_are_1_to_6(bench):
@@ -60,5 +59,6 @@ def test_both_strategies_generate_every_planned_turn(bench):
 
 
 def test_help_still_works():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_scheduling", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
     assert "--conversations" in out and "--prompts" in out

@@ -9,7 +9,7 @@ reasoning, `</think>`, an answer and the stop token), then, in a fresh process e
 It reports wall time, CPU time and the process's peak RSS (from wait4), so one can see whether
 memory grows with the sample count. Run:
 
-    python scripts/bench_assemble.py --sizes 10000 50000 100000 --workdir /tmp/bench_assemble
+    python -m benchmarks.bench_assemble --sizes 10000 50000 100000 --workdir /tmp/bench_assemble
 
 Synthesised data are written once per size under --workdir and reused (--fresh to rewrite).
 """
@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.engines.base import GenerationResult  # noqa: E402
 from eagle3_synth.run.directory import RunDirectory  # noqa: E402

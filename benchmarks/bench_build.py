@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The whole `build --engine replay` against a bare JSON -> Arrow -> Parquet pass over the same file.
 
-    python scripts/bench_build.py --sizes 10000 50000 100000 [--workdir /tmp/bench_build] [--repo PATH ...] [--repeat N]
+    python -m benchmarks.bench_build --sizes 10000 50000 100000 [--workdir /tmp/bench_build] [--repo PATH ...] [--repeat N]
 
 For each size it synthesises (as `bench_result_path.py` does) prompts.jsonl (the bundled samples of
 all eight configs with a distinct suffix, ~100 prompt tokens) and replay.jsonl (~2,000 output ids a
@@ -29,8 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_result_path import TOKENIZER, synthesise  # noqa: E402
+from benchmarks.bench_result_path import TOKENIZER, synthesise  # noqa: E402
 
 BARE = r"""
 import json, sys

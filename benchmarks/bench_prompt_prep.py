@@ -6,8 +6,8 @@ duplicates, then prepares `--cap` prompts from it exactly as `eagle3-synth build
 Each `--workers` setting runs in a fresh process (its CPU time includes the worker processes); it
 prints, per config and in all, prompts kept, wall time, prompts/s and the main process's peak RSS.
 
-    python scripts/bench_prompt_prep.py --config B1_glaive --records 200000 --cap 12000
-    python scripts/bench_prompt_prep.py --config B1_glaive --records 200000 --cap 88000 --workers 1 auto
+    python -m benchmarks.bench_prompt_prep --config B1_glaive --records 200000 --cap 12000
+    python -m benchmarks.bench_prompt_prep --config B1_glaive --records 200000 --cap 88000 --workers 1 auto
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer  # noqa: E402
 from eagle3_synth.prompts.configs import get_config  # noqa: E402
