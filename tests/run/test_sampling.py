@@ -156,7 +156,7 @@ def test_a_mix_is_reproduced_from_its_seed_and_moves_with_it(tmp_path):
     ("max_new_tokens=64:1", "--sampling-mix: 'max_new_tokens' cannot be mixed (per run: --max-new-tokens"),
     ("seed=3:1", "--sampling-mix: 'seed' cannot be mixed (per sample: --seed + its sample id)"),
     ("temperature=-1:1", "--sampling-mix: temperature must be >= 0, got -1"),
-    ("min_p=2:1", "--sampling-mix: min_p must be in [0, 1], got 2"),
+    ("min_p=2:1", "--sampling-mix: min_p must be >= 0 and <= 1, got 2"),
     ("temperature=0.5", "--sampling-mix: 'temperature=0.5' is not KEY=VALUE[+KEY=VALUE...]:WEIGHT"),
 ])
 def test_a_bad_sampling_mix_is_named(mix, message):

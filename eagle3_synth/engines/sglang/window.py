@@ -17,15 +17,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
 
-from eagle3_synth.errors import ConfigError
+from eagle3_synth.contract.ranges import check_range
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 def check_window_size(size: int) -> int:
-    if size < 1:
-        raise ConfigError(f"--max-in-flight must be >= 1, got {size}")
+    check_range("max_in_flight", size)
     return size
 
 
