@@ -26,7 +26,6 @@ tokenizer's length: `t2d` must have one entry per row of the target's embedding.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ import pyarrow.compute as pc
 from eagle3_synth.dataset.stores import RowSource
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.prepare import model_config_value
-from eagle3_synth.files import unique_temporary
+from eagle3_synth.files import written_whole
 from eagle3_synth.train.loss_mask import TRAIN_ON, TrainOn, masked_output_starts
 
 
@@ -197,12 +196,8 @@ def select_draft_vocab(counts: np.ndarray, draft_vocab_size: int) -> DraftVocab:
 def _save(path: Path, write: Callable[[Path], None]) -> Path:
     """Write through a temporary file, so a failed write leaves no half file under the real name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = unique_temporary(path)
-    try:
+    with written_whole(path) as tmp:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

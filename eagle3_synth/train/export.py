@@ -27,7 +27,6 @@ than `max_length` total tokens, or for `ids` truncates them (mask past it remove
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from eagle3_synth.prompts.conversation import Conversation, count_calls
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.prompts.history import history_message
 from eagle3_synth.view.decode import decode_ids
-from eagle3_synth.files import unique_temporary
+from eagle3_synth.files import written_whole
 from eagle3_synth.train.loss_mask import TrainOn, masked_output_starts, training_example
 
 Row = Mapping[str, Any]
@@ -249,10 +248,9 @@ def export_rows(
     to_record = FORMATS[fmt]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = unique_temporary(path)
     written = 0
     counts: Counter = Counter()
-    try:
+    with written_whole(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as handle:
             for batch in batches:
                 lines = []
@@ -263,7 +261,4 @@ def export_rows(
                 if lines:
                     handle.write("\n".join(lines) + "\n")
                 written += len(lines)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return ExportSummary(path=path, written=written, counts=counts)

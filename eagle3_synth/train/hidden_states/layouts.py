@@ -19,12 +19,12 @@ rename), so a killed run leaves either a whole file or none under the trainer's 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.files import temporary_name, written_whole
 from eagle3_synth.run.kill_points import kill_point
 
 MANIFEST = "eagle3_synth_hidden_states.json"
@@ -33,7 +33,7 @@ TMP_SUFFIX = ".partial"
 
 def temp_path(path: Path) -> Path:
     """A name no trainer lists (speculators wants `hs_*.safetensors`, SpecForge `*.ckpt`)."""
-    return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    return path.with_name(temporary_name(path.name, suffix=TMP_SUFFIX))
 
 
 def clear_stale(path: Path) -> None:
@@ -42,9 +42,10 @@ def clear_stale(path: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def rename_into_place(tmp: Path, path: Path) -> None:
-    kill_point("hidden_states.before_rename")
-    os.replace(tmp, path)
+def written(path: Path):
+    """`files.written_whole` under a name no trainer lists, the crash-test hook before the rename."""
+    clear_stale(path)
+    return written_whole(path, temporary=temp_path(path), before_rename=lambda: kill_point("hidden_states.before_rename"))
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,8 @@ class SpeculatorsLayout:
 
         tensors = {"token_ids": torch.from_numpy(item.input_ids).to(torch.int64),
                    "hidden_states": torch.stack(states, dim=1)}
-        clear_stale(path)
-        tmp = temp_path(path)
-        save_file(tensors, str(tmp))
-        rename_into_place(tmp, path)
+        with written(path) as tmp:
+            save_file(tensors, str(tmp))
 
     def is_whole(self, path: Path, item: Item) -> bool:
         """A finished file: safetensors' header and sizes check out, with this row's length."""
@@ -130,10 +129,8 @@ class SpecForgeLayout:
                 # A copy: torch.save writes a view's whole storage (here the batch's).
                 "hidden_state": normed.to(torch.bfloat16, copy=True).unsqueeze(0),
                 "aux_hidden_state": torch.cat(states[:-1], dim=-1).to(torch.bfloat16).unsqueeze(0)}
-        clear_stale(path)
-        tmp = temp_path(path)
-        torch.save(data, tmp)
-        rename_into_place(tmp, path)
+        with written(path) as tmp:
+            torch.save(data, tmp)
 
     def is_whole(self, path: Path, item: Item) -> bool:
         import torch
@@ -168,6 +165,5 @@ def check_manifest(folder: Path, settings: dict[str, Any]) -> None:
                               "use another folder or the same options")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    tmp.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with written_whole(path, temporary=temp_path(path)) as tmp:
+        tmp.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
