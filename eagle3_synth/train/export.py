@@ -1,4 +1,4 @@
-"""Exports for drafter trainers, one JSONL line per record (shared/TRAINERS.md: what each reads).
+"""Exports for drafter trainers, one JSONL line per record (what each trainer reads: docs/training/).
 
 - `ids` (alias `speculators`): `{"id", "input_ids", "loss_mask", "text"?, "metadata"}` with
   `input_ids = prompt_ids + output_ids`, token-exact. What speculators' `load_and_preprocess_dataset`

@@ -3,7 +3,7 @@
 Token-exact by construction: the ids are concatenated, never decoded. What the mask covers:
 
 - `train_on="output"` (default): every generated token -- reasoning, `</think>`, response, tool
-  calls and the stop token (`[0]*len(prompt_ids) + [1]*len(output_ids)`, DESIGN.md);
+  calls and the stop token (`[0]*len(prompt_ids) + [1]*len(output_ids)`, docs/data.md "Boundaries");
 - `train_on="response"`: only `output_ids[response_start:]`; a row whose reasoning never ended
   (`response_start == -1`) then has nothing to learn from (all zeros).
 
