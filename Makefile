@@ -54,7 +54,7 @@ $(SPEC_DONE): scripts/speculators-requirements.txt
 speculators-venv: $(SPEC_DONE)
 
 # SpecForge 0.2.0 in a virtual environment of its own, for the tests that run its own code on our
-# files: its offline reader (tests/tools/test_hidden_states.py) and its offline EAGLE-3 training loop
+# files: its offline reader (tests/train/test_hidden_states.py) and its offline EAGLE-3 training loop
 # (`make specforge-train-demo`, tests/scripts/test_specforge_demo.py). Its METADATA pins
 # torch==2.11.0, transformers==5.8.1 and sglang==0.5.14 (CUDA builds), so: CPU torch, then SpecForge
 # with --no-deps, then only what the offline training path imports (scripts/specforge-requirements.txt:

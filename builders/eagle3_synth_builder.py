@@ -17,7 +17,7 @@ so a crash loses nothing and the same call resumes. Given no model it only assem
 run directory. Each split's `gen_kwargs` carry sample-id ranges, which `num_proc` processes
 share; `_generate_tables` yields Arrow tables of up to 1,000 rows in the contract's schema,
 assembled one ahead in a thread while datasets' writer encodes the last (`dataset.parquet.prefetched`).
-A run with `validation` (`prompts/validation.py`) has a `validation` split beside `train`: the same
+A run with `validation` (`prompts/held_out.py`) has a `validation` split beside `train`: the same
 ranges, each split taking its own whole conversations (`run.assemble.iter_rows(split=...)`).
 """
 

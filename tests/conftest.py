@@ -1,4 +1,4 @@
-"""Shared fixtures: the project's own tokenizers and tiny model (made by scripts/, no downloads)."""
+"""Shared fixtures: the project's own tokenizers and tiny model (made by tests/fixtures/make_*.py and train_tiny_model.py, no downloads)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The package's layering, checked on its source: imports flow one way, no circles, small modules.
 
-DESIGN.md: cli -> builder/publish/cluster -> tools, evaluate -> dataset -> run -> (prompts, engines) -> contract.
-A module may import its own stage and the stages below; `prompts` and `engines` know nothing of
-each other; the base modules (errors, exit_status, digests, timestamps) import nothing of the package; nothing
-in the library below the command line imports the builder; `contract`, `engines` and the journal do not pull in `datasets`.
+docs/development.md: cli -> builder/publish/cluster -> (train, checks, evaluate) -> view -> dataset -> run ->
+(prompts, engines) -> contract. A module may import its own stage and the stages below; `prompts` and
+`engines` know nothing of each other, nor do `train`, `checks` and `evaluate`; the base modules (errors,
+exit_status, files, digests, timestamps) import nothing of the package; nothing in the library below
+the command line imports the builder; `contract`, `engines` and the journal do not pull in `datasets`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "eagle3_synth"
-BASE = {"errors", "exit_status", "digests", "timestamps", "__init__"}
+BASE = {"errors", "exit_status", "files", "digests", "timestamps", "__init__"}
 # cluster sits beside publish: both drive the library from above, neither knows the other, only cli imports them.
-LEVEL = {"contract": 0, "prompts": 1, "engines": 1, "run": 2, "dataset": 3, "tools": 4, "evaluate": 4, "publish": 5, "cluster": 5,
-         "cli": 6}
+# train (what trainers read) sits beside checks (validate, doctor) and evaluate (a drafter served):
+# none knows the others.
+LEVEL = {"contract": 0, "prompts": 1, "engines": 1, "run": 2, "dataset": 3, "view": 4, "train": 5, "checks": 5,
+         "evaluate": 5, "publish": 6, "cluster": 6, "cli": 7}
 MAX_LINES = 400
 
 

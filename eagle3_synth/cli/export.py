@@ -17,8 +17,8 @@ import argparse
 from eagle3_synth.dataset.stores import data_profile
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.forms import MessageForm
-from eagle3_synth.tools.export import FORMATS, KEPT, OVERLONG, ExportOptions, export_rows
-from eagle3_synth.tools.training import TRAIN_ON
+from eagle3_synth.train.export import FORMATS, KEPT, OVERLONG, ExportOptions, export_rows
+from eagle3_synth.train.loss_mask import TRAIN_ON
 from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 

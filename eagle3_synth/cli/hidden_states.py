@@ -29,15 +29,14 @@ import argparse
 from pathlib import Path
 
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.exit_status import DONE, PROBLEMS
 from eagle3_synth.run.shards import Shard
-from eagle3_synth.tools.export import OVERLONG
-from eagle3_synth.tools.hidden_layers import DRAFTERS
-from eagle3_synth.tools.hidden_layouts import LAYOUTS
-from eagle3_synth.tools import specforge_target
-from eagle3_synth.tools.hidden_check import check_files
-from eagle3_synth.tools.hidden_states import (DTYPES, HiddenStatesOptions, greedy, load_model, prepare, record_manifest,
-                                              write_states)
-from eagle3_synth.tools.training import TRAIN_ON
+from eagle3_synth.train.export import OVERLONG
+from eagle3_synth.train.hidden_states.layers import DRAFTERS
+from eagle3_synth.train.hidden_states.layouts import LAYOUTS
+from eagle3_synth.train.hidden_states.compute import DTYPES, HiddenStatesOptions
+from eagle3_synth.train.hidden_states.job import run_job, target_model
+from eagle3_synth.train.loss_mask import TRAIN_ON
 from eagle3_synth.cli.data_options import add_source_argument, open_from_args, resolve_configs
 
 
@@ -89,71 +88,13 @@ def _folder(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     source = open_from_args(args)
     configs = tuple(resolve_configs(source, args.configs))
-    provenance = source.provenance(configs[0])
-    models = {config: source.provenance(config).model for config in configs}
-    if not args.model and len(set(models.values())) > 1:
-        raise ConfigError("these configs were made with different models "
-                          f"({', '.join(f'{c}: {m}' for c, m in models.items())}); one target's states go together: "
-                          "give the configs of one model, or --model PATH")
-    model = args.model or provenance.model
-    if not model:
-        raise ConfigError(f"which model made this data is not recorded ({provenance.origin}); pass --model PATH")
-    if not args.model and not Path(model).exists():
-        raise ConfigError(f"the data was made with the model {model!r} (from {provenance.origin}), which is not here; "
-                          "pass --model PATH")
-    if args.max_bytes is not None and args.max_bytes < 0:
-        raise ConfigError(f"--max-bytes must be >= 0, got {args.max_bytes}")
+    model = target_model(source, configs, args.model)
     options = HiddenStatesOptions(
-        configs=configs, fmt=args.format, folder=_folder(args),
-        model=str(Path(model).resolve()) if Path(model).exists() else model, drafter=args.drafter,
-        layers=tuple(args.layers) if args.layers else None, train_on=args.train_on, max_length=args.max_length,
-        overlong=args.overlong, min_loss_tokens=args.min_loss_tokens, device=args.device, device_map=args.device_map, dtype=args.dtype,
-        batch_tokens=args.batch_tokens, shard=Shard(args.shard_index, args.num_shards),
-        trust_remote_code=args.trust_remote_code, split=args.split)
-    return _run(source, options, args)
-
-
-def _run(source: object, options: HiddenStatesOptions, args: argparse.Namespace) -> int:
-    from transformers import AutoConfig
-
-    try:
-        model_config = AutoConfig.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the config of the model {options.model!r}: {exc}") from exc
-    plan, layout = prepare(source, options, model_config)
-    print(f"{' '.join(options.configs)} -> {layout.folder} ({options.fmt}, {options.shard}):")
-    for line in plan.lines():
-        print(f"  {line}")
-    if args.dry_run:
-        return 0
-    if args.max_bytes is not None and plan.pending_bytes > args.max_bytes:
-        raise ConfigError(f"this run would write about {plan.pending_bytes} bytes, over --max-bytes {args.max_bytes}")
-    record_manifest(plan, layout, options)
-    target_folder = layout.folder / "target_model"
-    needs_target = options.fmt == "specforge" and not specforge_target.usable_as_is(Path(options.model))
-    model = None
-    if plan.pending or args.check or (needs_target and not (target_folder / specforge_target.INDEX_FILE).is_file()):
-        model = load_model(options)
-    written = write_states(model, plan, layout, options, progress=False if args.no_progress else None) if plan.pending else 0
-    print(f"  wrote {written} files")
-    if options.fmt == "speculators":
-        print(f"  train: speculators train --data-path {options.folder} --target-layer-ids {' '.join(map(str, plan.layers))} "
-              "--on-missing raise ...")
-    else:
-        target = options.model
-        if needs_target:
-            if model is not None:
-                specforge_target.write_target_folder(model, Path(options.model), target_folder)
-            target = str(target_folder)
-        # SpecForge's overrides name existing keys only (config/schema.py:945-971); the run is offline
-        # because data.hidden_states_path is set (:913-914), there is no `mode` key to give.
-        key = "data.eval_hidden_states_path" if options.split == "validation" else "data.hidden_states_path"
-        print(f"  train: specforge train --config run.yaml {key}={layout.folder} model.target_model_path={target}")
-    if args.check:
-        report = check_files(model, layout, plan.items, LAYOUTS[options.fmt].fixed_dtype or options.dtype,
-                             greedy(source, options.configs))
-        for line in report.lines():
-            print(f"  {line}")
-        if not report.ok:
-            return 1
-    return 0
+        configs=configs, fmt=args.format, folder=_folder(args), model=model, drafter=args.drafter,
+        layers=tuple(args.layers) if args.layers else None, train_on=args.train_on,
+        max_length=args.max_length, overlong=args.overlong, min_loss_tokens=args.min_loss_tokens, device=args.device,
+        device_map=args.device_map, dtype=args.dtype, batch_tokens=args.batch_tokens,
+        shard=Shard(args.shard_index, args.num_shards), trust_remote_code=args.trust_remote_code, split=args.split)
+    ok = run_job(source, options, dry_run=args.dry_run, max_bytes=args.max_bytes, check=args.check,
+                 progress=False if args.no_progress else None)
+    return DONE if ok else PROBLEMS

@@ -13,8 +13,8 @@ import argparse
 import os
 import sys
 
-from eagle3_synth.tools.render import render_conversation, render_row
-from eagle3_synth.tools.where import parse_where, select_samples
+from eagle3_synth.view.render import render_conversation, render_row
+from eagle3_synth.view.where import parse_where, select_samples
 from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
 
 DEFAULT_FIRST = 5

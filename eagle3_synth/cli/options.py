@@ -20,7 +20,7 @@ from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.prompts.turns import parse_kwarg_mix
 from eagle3_synth.run.directory import run_dir_under
-from eagle3_synth.run.preflight import check_number, check_top_k
+from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.run.progress import RunSummary
 from eagle3_synth.run.staging import DryRun
 from eagle3_synth.run.settings import PRIORITIES, GenerationSettings
@@ -174,37 +174,10 @@ def add_generation_arguments(parser: argparse.ArgumentParser, *, sharded: bool =
                      "(prompts kept, rejects by reason, turns, the engine) and stop: no engine starts, nothing is written")
 
 
-# Every number option's range, checked as soon as the options are parsed (run/preflight.py
-# `check_number`): argparse reads "nan" and "inf" as floats, and a NaN temperature would be
-# written into run.json and sent to the engine. dest -> (option, range).
-NUMBER_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
-    "limit": ("--limit", {"minimum": 1}),
-    "scan_limit": ("--scan-limit", {"minimum": 1}),
-    "max_context": ("--max-context", {"minimum": 1}),
-    "samples_per_prompt": ("--samples-per-prompt", {"minimum": 1}),
-    "max_new_tokens": ("--max-new-tokens", {"minimum": 1}),
-    "temperature": ("--temperature", {"minimum": 0}),
-    "top_p": ("--top-p", {"above": 0, "maximum": 1}),
-    "min_p": ("--min-p", {"minimum": 0, "maximum": 1}),
-    "batch_size": ("--batch-size", {"minimum": 1}),
-    "max_in_flight": ("--max-in-flight", {"minimum": 1}),
-    "request_timeout": ("--request-timeout", {"above": 0}),
-    "max_retries": ("--max-retries", {"minimum": 0}),
-    "num_shards": ("--num-shards", {"minimum": 1}),
-    "shard_index": ("--shard-index", {"minimum": 0}),
-    "max_hours": ("--max-hours", {"above": 0}),
-}
-
-
 def check_numbers(args: argparse.Namespace) -> None:
-    """Each number option in its range (`NUMBER_RANGES`, and --top-k as SGLang reads it): one
-    line naming the option, before anything loads."""
-    for dest, (option, bounds) in NUMBER_RANGES.items():
-        value = getattr(args, dest, None)
-        if isinstance(value, str):  # --shard-index/--num-shards auto: resolved and checked by run/shards.py
-            continue
-        check_number(value, option, **bounds)
-    check_top_k(args.top_k)
+    """Each number option in its range (the one table, `contract/ranges.py`): one line naming the
+    option, as soon as the options are parsed."""
+    check_ranges(vars(args))
 
 
 

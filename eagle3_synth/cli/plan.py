@@ -2,7 +2,7 @@
 
 Reads what the runs measured so far -- each config's mean output tokens per rollout and the
 engine's output tokens per second -- and proposes a `--limit` per config that keeps the configs'
-shares (their caps) and fits the budget (`tools/plan.py`). Give the run directories (or a dataset
+shares (their caps) and fits the budget (`run/budget.py`). Give the run directories (or a dataset
 folder: its `.runs/*`) of a pilot: e.g. `build CONFIG --limit 200` for each config first.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.directory import RUN_FILE, RUNS_DIR
-from eagle3_synth.tools.plan import make_plan, measure
+from eagle3_synth.run.budget import plan_budget, measure
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def run_dirs(paths: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = make_plan([measure(path) for path in run_dirs(args.runs)], args.hours, nodes=args.nodes,
+    plan = plan_budget([measure(path) for path in run_dirs(args.runs)], args.hours, nodes=args.nodes,
                      tokens_per_second=args.tokens_per_second)
     for line in plan.lines():
         print(line)

@@ -16,7 +16,7 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.dataset.stores import data_profile, resolve_configs
 from eagle3_synth.prompts.forms import MessageForm
-from eagle3_synth.tools.validate import RowValidator, data_vocabulary, validate_batches
+from eagle3_synth.checks.validate import RowValidator, data_vocabulary, validate_batches
 from eagle3_synth.cli.data_options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
                           kwarg_overrides, template_kwargs)
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs

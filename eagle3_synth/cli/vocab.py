@@ -26,8 +26,8 @@ import json
 from pathlib import Path
 
 from eagle3_synth.dataset.stores import resolve_configs
-from eagle3_synth.tools.training import TRAIN_ON
-from eagle3_synth.tools.vocab import draft_vocab, mapping_paths, target_vocab_size
+from eagle3_synth.train.loss_mask import TRAIN_ON
+from eagle3_synth.train.draft_vocab import draft_vocab, mapping_paths, target_vocab_size
 from eagle3_synth.cli.data_options import add_source_argument, open_from_args
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 

@@ -1,7 +1,8 @@
 """Boundary columns of the data contract, computed from token ids alone.
 
-Pure functions over ids: no decoding, no regexes over text. DESIGN.md's data contract is the
-specification; each rule below cites the column it computes.
+Pure functions over ids: no decoding, no regexes over text. The data contract is the specification
+(docs/data.md, "Boundaries" and "Model families"; each column's meaning in `contract/row.py`,
+rendered into docs/reference/columns.md); each rule below cites the column it computes.
 """
 
 from __future__ import annotations

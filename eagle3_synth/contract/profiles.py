@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.errors import ConfigError, MarkerError
+from eagle3_synth.contract.yaml_files import load_yaml_mapping, parse_yaml_mapping
 from eagle3_synth.contract.markers import NO_MARKER, Marker, Vocabulary, resolve_pattern, single_token_id
 
 MARKER_ROLES = ("reasoning_open", "reasoning_close", "tool_section_begin", "tool_call_begin", "tool_call_end")
@@ -122,26 +123,14 @@ def profile_from_dict(name: str, data: Any, where: str) -> ModelProfile:
 
 def load_profile_file(path: str | Path) -> dict[str, ModelProfile]:
     """Profiles from a YAML file of `name: {keys}` (the schema in the module doc)."""
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--profile-file {path}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--profile-file {path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"--profile-file {path}: expected a mapping of profile names to their keys")
+    data = load_yaml_mapping(path, "--profile-file", "profile names to their keys")
     return {str(name): profile_from_dict(str(name), spec, f"--profile-file {path}") for name, spec in data.items()}
 
 
 def _builtin() -> dict[str, ModelProfile]:
-    import yaml
-
     text = resources.files("eagle3_synth.contract").joinpath("profiles.yaml").read_text(encoding="utf-8")
-    return {name: profile_from_dict(name, spec, "profiles.yaml") for name, spec in yaml.safe_load(text).items()}
+    data = parse_yaml_mapping(text, "profiles.yaml", "profile names to their keys")
+    return {name: profile_from_dict(name, spec, "profiles.yaml") for name, spec in data.items()}
 
 
 # The built-in profiles by name, in `auto` order (a few milliseconds to read).

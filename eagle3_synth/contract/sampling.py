@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from eagle3_synth.contract.ranges import RANGES
 from eagle3_synth.errors import ConfigError
 
 # The sampling values of a request, in the order the column writes them (then `seed`).
@@ -26,29 +27,16 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_new_tokens")
 
 
 def sampling_problem(name: str, value: Any) -> str | None:
-    """Why `value` is not a valid `name` (one of SAMPLING_KEYS, or `seed`), None when it is.
-
-    top_k: SGLang refuses a value below 1 other than -1 ("off": sglang srt/sampling/
-    sampling_params.py `SamplingParams.verify`); min_p: SGLang's range [0, 1] (same file)."""
+    """Why `value` is not a valid `name` (one of SAMPLING_KEYS, or `seed`), None when it is: its type
+    here, its range from the one table (`contract/ranges.py`)."""
+    if name not in (*SAMPLING_KEYS, "seed"):
+        raise ConfigError(f"unknown sampling parameter {name!r}; the parameters are {', '.join(SAMPLING_KEYS)}")
     integer = name in ("top_k", "max_new_tokens", "seed")
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
         if name == "seed" and value is None:
             return None
         return f"must be {'an integer' if integer else 'a number'}, got {value!r}"
-    if value != value:  # NaN
-        return f"must be a number, got {value!r}"
-    checks = {
-        "max_new_tokens": (value >= 1, ">= 1"),
-        "temperature": (0 <= value < float("inf"), ">= 0"),
-        "top_p": (0 < value <= 1, "in (0, 1]"),
-        "top_k": (value >= 1 or value == -1, ">= 1 or -1 (off)"),
-        "min_p": (0 <= value <= 1, "in [0, 1]"),
-        "seed": (True, ""),
-    }
-    if name not in checks:
-        raise ConfigError(f"unknown sampling parameter {name!r}; the parameters are {', '.join(SAMPLING_KEYS)}")
-    ok, expected = checks[name]
-    return None if ok else f"must be {expected}, got {value!r}"
+    return None if name == "seed" else RANGES[name].problem(value)
 
 
 def check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k: int = -1, min_p: float = 0.0) -> None:

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 
+from eagle3_synth.files import write_text_whole
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.dataset.card import config_data_files, render_card
 from eagle3_synth.dataset.folder_lock import folder_lock
 from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_rows
-from eagle3_synth.prompts.validation import SPLITS
+from eagle3_synth.prompts.held_out import SPLITS
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 from eagle3_synth.run.kill_points import kill_point
 
@@ -123,11 +124,9 @@ def write_run_info(folder: Path, config: str, run_dir: str | Path) -> Path:
 
 
 def _replace_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a temporary file beside it, then a rename. Callers hold the
-    folder's lock, so the name is fixed: a killed writer's temporary file is overwritten, not left."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write `path` whole or not at all (`files.write_text_whole`). Callers hold the folder's lock,
+    so the name is fixed: a killed writer's temporary file is overwritten, not left."""
+    write_text_whole(path, text, unique=False)
 
 
 def install_config(folder: Path, config: str, sources: Sequence[str], run_dir: str | Path, num_rows: int,

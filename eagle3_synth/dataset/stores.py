@@ -299,7 +299,7 @@ class LoadDatasetSource(RowSource):
 
 def open_source(location: str, *, revision: str | None = None, split: str = "train") -> RowSource:
     """The right source for what the user pointed at, reading `split`; a clear error if it is none of them."""
-    from eagle3_synth.prompts.validation import SPLITS
+    from eagle3_synth.prompts.held_out import SPLITS
 
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")

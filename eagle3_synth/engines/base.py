@@ -34,7 +34,7 @@ class SamplingParams:
     # A run's params: the run's seed (a sample draws with seed + sample_id); a request's own
     # (`GenerationRequest.params`): the sample's seed itself.
     seed: int | None = None
-    # Every id of a result must be below it: the model's embedding rows (`prompts.vocabulary`).
+    # Every id of a result must be below it: the model's embedding rows (`prompts.model_vocab`).
     # Never sent to an engine; None only where nothing knows it (an adapter tested on its own).
     vocab_size: int | None = None
 

@@ -6,7 +6,7 @@ elsewhere) all call it, so a result that breaks the contract cannot reach the jo
 - `len(output_ids) == completion_tokens`, at most `max_new_tokens` of them;
 - `prompt_tokens == len(prompt_ids)` (nothing truncated or re-tokenized on the way);
 - every prompt and output id is in the model's vocabulary, `0 <= id < vocab_size`
-  (`contract.row.out_of_range`; the size is the model config's `vocab_size`, `prompts.vocabulary`);
+  (`contract.row.out_of_range`; the size is the model config's `vocab_size`, `prompts.model_vocab`);
 - the output does not start with the prompt (a server that echoes the input);
 - a `stop` has output ids and ends with one of the requested stop ids (kept, last); no stop id
   occurs before the last position (the engine would have stopped there);

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError, TransientEngineError
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,7 @@ class RetryPolicy:
     max_delay_s: float = 30.0  # no single wait is longer than this
 
     def __post_init__(self) -> None:
-        if self.max_retries < 0:
-            raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
+        check_range("max_retries", self.max_retries)
         if self.base_delay_s < 0 or self.max_delay_s < self.base_delay_s:
             raise ConfigError(f"retry delays must satisfy 0 <= base <= max, got {self.base_delay_s}, {self.max_delay_s}")
 

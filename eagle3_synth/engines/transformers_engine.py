@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
                                        take_requests)
@@ -172,8 +173,7 @@ class TransformersEngine:
 def create(options: EngineOptions) -> TransformersEngine:
     if not options.model:
         raise ConfigError("--engine transformers needs --model PATH (a local model folder)")
-    if options.batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {options.batch_size}")
+    check_range("batch_size", options.batch_size)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

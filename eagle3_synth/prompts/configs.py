@@ -28,9 +28,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from eagle3_synth.contract.yaml_files import load_yaml_mapping
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.adapters import get_adapter
-from eagle3_synth.prompts.validation import check_validation
+from eagle3_synth.prompts.held_out import check_validation
 
 DEFAULT_MAX_NEW_TOKENS = 10_240
 # `turns`: "last" generates a conversation's final answer only; "all" every assistant turn.
@@ -65,7 +66,7 @@ class ConfigSpec:
     # Which assistant turns the target writes (`prompts/turns.py`): "last" (the final answer, after
     # the source's own earlier turns) or "all" (every turn, each on the target's own history).
     turns: str = "last"
-    # Whole conversations held out as the `validation` split (`prompts/validation.py`): a count N,
+    # Whole conversations held out as the `validation` split (`prompts/held_out.py`): a count N,
     # a fraction, or None (train only); `--validation` overrides it.
     validation: float | int | None = None
 
@@ -154,16 +155,7 @@ _DEFAULTS: dict[str, Any] = {"source": "", "split": "train", "pattern": "", "lic
 
 def load_config_file(path: str | Path) -> list[str]:
     """Register every config of a YAML file (see the module doc); return their names."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--config-file {path}: no such file") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--config-file {path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"--config-file {path}: expected a mapping of config names to their fields")
+    data = load_yaml_mapping(path, "--config-file", "config names to their fields")
     specs = []
     for name, values in data.items():
         where = f"--config-file {path}: config {name!r}"

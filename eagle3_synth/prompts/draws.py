@@ -1,5 +1,5 @@
 """The package's one seeded draw, shared by the per-rollout mixes (`turns.py`) and the validation
-split (`validation.py`): each keys it differently, so no draw moves another."""
+split (`held_out.py`): each keys it differently, so no draw moves another."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The message form a model's own chat template renders, found by probing it once per run.
 
-Real templates disagree on the shape of an assistant turn that calls tools (DESIGN.md, "Model
-profiles"): the Qwen3 and DeepSeek-V3.1 templates concatenate `content`, which transformers 5.x
+Real templates disagree on the shape of an assistant turn that calls tools (docs/data.md, "Model
+families"): the Qwen3 and DeepSeek-V3.1 templates concatenate `content`, which transformers 5.x
 has dropped when it was None, so they need `""`; DeepSeek-V3.1/R1 as shipped concatenate a call's
 `arguments` as a string (an object raises TypeError), llama.cpp's copies of them `tojson` it (a
 string comes out double-encoded), DeepSeek-V4, Qwen3-Coder and GLM iterate an object. No one form

@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.digests import file_digest
 from eagle3_synth.errors import ConfigError, PromptError
 from eagle3_synth.prompts.adapters import get_adapter
@@ -79,8 +80,7 @@ class PromptPlan:
 
     def __post_init__(self) -> None:
         # Checked here, before any prompt is prepared, so a typo fails in a second, not after hours.
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"--limit must be >= 1, got {self.limit}")
+        check_range("limit", self.limit)
         if self.prompts_file is None and not self.selection.reads_source:
             raise ConfigError(f"config {self.config.name}: give a prompts file, source files or a source dataset")
 

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # this many prompts: keeps small prompt lists (and the test suite) free of worker processes, each of
 # which costs 0.6-2 s of CPU to start (imports, tokenizer). Since this process templates while the
 # workers start, a pool no longer waits on them: on 2 cores, 10,000 prompts built ~0.2 s faster
-# with the pool from 2,048 prompts than from 16,384 (BENCHMARKS.md, "Issue 12").
+# with the pool from 2,048 prompts than from 16,384 (benchmarks/README.md, "The whole `build` against a bare ... pass").
 POOL_MIN_PROMPTS = 2_048
 MAX_AUTO_WORKERS = 8
 

@@ -26,8 +26,8 @@ from eagle3_synth.dataset.stores import (
     data_tokenizer,
     provenance_from_run_file,
 )
-from eagle3_synth.prompts.validation import SPLITS
-from eagle3_synth.tools.validate import RowValidator, data_vocabulary, validate_rows
+from eagle3_synth.prompts.held_out import SPLITS
+from eagle3_synth.checks.validate import RowValidator, data_vocabulary, validate_rows
 
 CONTRACT_SCHEMA = FEATURES.arrow_schema.remove_metadata()
 

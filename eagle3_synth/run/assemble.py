@@ -20,7 +20,7 @@ from eagle3_synth.contract.profiles import MarkerIds
 from eagle3_synth.contract.row import FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row
 from eagle3_synth.contract.sampling import dumps_sampling, sample_sampling
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.prompts.validation import run_validation, split_of, validation_conversations
+from eagle3_synth.prompts.held_out import run_validation, split_of, validation_conversations
 from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.kill_points import kill_point
@@ -68,7 +68,7 @@ class _Ranges:
 
 
 def held_out_conversations(run: RunDirectory) -> np.ndarray:
-    """The sorted conversation ids of the run's `validation` split (`prompts/validation.py`): a pure
+    """The sorted conversation ids of the run's `validation` split (`prompts/held_out.py`): a pure
     function of its prepared conversations and its recorded `validation` and seed (none without one)."""
     validation, seed = run_validation(run.read_run_file()["fields"])
     if validation is None:

@@ -31,7 +31,6 @@ import logging
 import os
 import posixpath
 import re
-import secrets
 import socket
 import tempfile
 import time
@@ -45,6 +44,7 @@ from typing import IO, Any
 import fsspec
 import numpy as np
 
+from eagle3_synth.files import temporary_name
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.contract.profiles import MarkerIds
@@ -166,7 +166,7 @@ class RunDirectory:
     def _write_new(self, name: str, write: Callable[[IO[bytes]], None]) -> str:
         """Write a uniquely named temporary file beside `name`; return its path (see `_install`).
         Should `write` fail, the temporary file is removed."""
-        tmp = self._path(f".{name}.{secrets.token_hex(4)}.tmp")
+        tmp = self._path(temporary_name(name))
         try:
             with self.fs.open(tmp, "wb") as handle:
                 write(handle)

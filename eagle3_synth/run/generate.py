@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
-from eagle3_synth.prompts.vocabulary import Vocabulary, check_model_and_tokenizer
+from eagle3_synth.prompts.model_vocab import ModelVocab, check_model_and_tokenizer
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs
 from eagle3_synth.engines import Engine, EngineOptions, SamplingParams, create_engine
 from eagle3_synth.engines.replay import CheckedReplay, check_replay_file
@@ -171,7 +171,7 @@ class RunSetup:
     profile: ModelProfile
     markers: MarkerIds
     chat: ChatTokenizer
-    vocab: Vocabulary  # the ids every result is checked against (prompts/vocabulary.py)
+    vocab: ModelVocab  # the ids every result is checked against (prompts/model_vocab.py)
     params: SamplingParams
     # The replay file's records as checked (kept for playback: the file is parsed once); None if none.
     replay: CheckedReplay | None = None

@@ -28,6 +28,8 @@ import posixpath
 import secrets
 from typing import Any
 
+from eagle3_synth.files import temporary_name
+
 
 class LocalStore:
     """A local directory (or NFS): exclusive creates by hard link."""
@@ -51,7 +53,7 @@ class LocalStore:
             folder = os.path.dirname(folder)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.created.extend(missing)
-        tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+        tmp = temporary_name(path)
         with open(tmp, "xb") as handle:
             handle.write(data)
         try:

@@ -3,62 +3,30 @@
 A model takes minutes to load and a run hours to fill; a typo found after either is time lost, and
 a value no engine reads right (a NaN temperature) is worse: rows that look fine. So `generate`
 and `dry_run` call `check_before_loading` first, before the tokenizer, and the command line checks
-its numbers with `check_number` as it parses (`cli/options.py`). Each check names the option or
+its numbers as it parses (the one range table: `contract/ranges.py`). Each check names the option or
 file at fault and raises `ConfigError`; none of them writes anything.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.spec import RunOptions, RunSpec
-
-
-def check_number(value: float | int | None, option: str, *, minimum: float | None = None,
-                 above: float | None = None, maximum: float | None = None, also: Iterable[float] = ()) -> None:
-    """`value` is finite and in range (`minimum` <= value, `above` < value, value <= `maximum`), or
-    one of `also` (e.g. -1 for "off"); None passes (an unset option)."""
-    if value is None or value in tuple(also):
-        return
-    bounds = []
-    if minimum is not None:
-        bounds.append(f">= {minimum:g}")
-    if above is not None:
-        bounds.append(f"> {above:g}")
-    if maximum is not None:
-        bounds.append(f"<= {maximum:g}")
-    allowed = " and ".join(bounds) + "".join(f" (or {other:g})" for other in also)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number {allowed}, got {value!r}")
-    if (minimum is not None and value < minimum) or (above is not None and not value > above) \
-            or (maximum is not None and value > maximum):
-        raise ConfigError(f"{option} must be {allowed}, got {value!r}")
 
 
 def check_plumbing(options: RunOptions) -> None:
     """The numbers of how a run is run (the command line checks them too; the builder's kwargs
     come here only)."""
     engine = options.engine_options
-    check_number(engine.batch_size, "--batch-size", minimum=1)
-    check_number(engine.max_in_flight, "--max-in-flight", minimum=1)
-    check_number(engine.request_timeout_s, "--request-timeout", above=0)
-    check_number(engine.max_retries, "--max-retries", minimum=0)
-    check_number(options.max_hours, "--max-hours", above=0)
-    check_number(options.workers, "workers", minimum=1)
-
-
-def check_top_k(top_k: int) -> None:
-    """SGLang refuses a top_k below 1 other than -1 ("off"): sglang srt/sampling/sampling_params.py,
-    `SamplingParams.__post_init__` maps -1 to the whole vocabulary and `verify` refuses the rest,
-    so a 0 would fail every sample; the transformers engine reads -1 the same way."""
-    check_number(top_k, "--top-k", minimum=1, also=(-1,))
+    check_ranges({"batch_size": engine.batch_size, "max_in_flight": engine.max_in_flight,
+                  "request_timeout": engine.request_timeout_s, "max_retries": engine.max_retries,
+                  "max_hours": options.max_hours, "workers": options.workers})
 
 
 def check_device(engine: str, device: str | None) -> None:
@@ -200,9 +168,7 @@ def check_chat_template(tokenizer: Any, folder: str, option: str) -> None:
 def check_before_loading(spec: RunSpec, options: RunOptions) -> None:
     """Everything checkable before the tokenizer and the engine load (module doc)."""
     sampling = spec.sampling
-    check_number(sampling.temperature, "--temperature", minimum=0)
-    check_number(sampling.top_p, "--top-p", above=0, maximum=1)
-    check_top_k(sampling.top_k)
+    check_ranges({"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k})
     check_plumbing(options)
     check_device(options.engine, options.engine_options.device)
     model = spec.model

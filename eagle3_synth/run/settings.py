@@ -23,6 +23,7 @@ from typing import Any
 from eagle3_synth.engines import ENGINES, EngineOptions
 from eagle3_synth.engines.base import check_sampling
 from eagle3_synth.engines.dtypes import checkpoint_dtype, resolve_dtype
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config, load_config_file, sample_prompts_path
 from eagle3_synth.prompts.prepare import model_context_length
@@ -30,7 +31,7 @@ from eagle3_synth.prompts.readers import readable_file
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.prompts.templating import check_template_date, check_tokenizer_folder
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix, check_sampling_mix
-from eagle3_synth.prompts.validation import check_validation
+from eagle3_synth.prompts.held_out import check_validation
 from eagle3_synth.run.shards import Shard, resolve_auto
 from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
 
@@ -168,14 +169,11 @@ class GenerationSettings:
             raise ConfigError(f"{' and '.join(given)} exclude each other: give one place the prompts come from")
         if self.template_date is not None:
             check_template_date(self.template_date)
-        if self.scan_limit is not None and self.scan_limit < 1:
-            raise ConfigError(f"--scan-limit must be >= 1, got {self.scan_limit}")
+        check_range("scan_limit", self.scan_limit)
         if self.source_revision and not self.from_source:
             raise ConfigError("--source-revision applies to --from-source only")
-        if self.max_context is not None and self.max_context < 1:
-            raise ConfigError(f"--max-context must be >= 1, got {self.max_context}")
-        if self.max_hours is not None and not self.max_hours > 0:
-            raise ConfigError(f"--max-hours must be > 0, got {self.max_hours}")
+        check_range("max_context", self.max_context)
+        check_range("max_hours", self.max_hours)
         check_sampling(1 if self.max_new_tokens is None else self.max_new_tokens, self.temperature, self.top_p,
                        self.top_k, self.min_p)
         self.template_kwarg_mix = check_kwarg_mix(self.template_kwarg_mix, "--template-kwarg-mix")

@@ -148,7 +148,7 @@ class RunSpec:
     sampling: SamplingSpec = SamplingSpec()
     # Which turns the target writes, rollouts per conversation, template-kwarg mixture.
     conversations: ConversationPlan = ConversationPlan()
-    # Whole conversations held out as the `validation` split (`run/validation.py`): a count N, a
+    # Whole conversations held out as the `validation` split (`prompts/held_out.py`): a count N, a
     # fraction, or None (train only). It decides no id, only the split a row is in; None enters no
     # field, so a run without it keeps the fingerprint it had before the option existed.
     validation: float | int | None = field(default=None, metadata={"omit_none": True})

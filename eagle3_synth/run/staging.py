@@ -28,7 +28,7 @@ from eagle3_synth.contract.row import PreparedPrompt
 from eagle3_synth.prompts.prepare import Preparation, iter_prepared_prompts
 from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
 from eagle3_synth.prompts.templating import ChatTokenizer
-from eagle3_synth.prompts.validation import run_validation, validation_conversations
+from eagle3_synth.prompts.held_out import run_validation, validation_conversations
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory, StagedPrompts
 from eagle3_synth.run.progress import RunSummary
 from eagle3_synth.run.spec import RunOptions, RunSpec
@@ -89,7 +89,7 @@ def stage(run: RunDirectory, spec: RunSpec, options: RunOptions, chat: ChatToken
 
 
 def check_held_out(prepared: Prepared, fields: dict[str, Any]) -> None:
-    """With `--validation`, the draw assembly will make (`prompts/validation.py`) must hold some
+    """With `--validation`, the draw assembly will make (`prompts/held_out.py`) must hold some
     conversations out and leave some for train: checked on the prepared prompts, before an engine
     loads, so a split that would be empty is a one-line error, not a missing split days later."""
     validation, seed = run_validation(fields)

@@ -7,7 +7,7 @@ import datasets
 import pyarrow.parquet as pq
 
 from eagle3_synth.cli import main
-from eagle3_synth.prompts.validation import validation_conversations
+from eagle3_synth.prompts.held_out import validation_conversations
 from eagle3_synth.run.directory import RunDirectory
 
 from ..conftest import TINY_MODEL

@@ -40,8 +40,8 @@ def test_a_length_row_under_its_own_cap_is_lowered():
 
 
 @pytest.mark.parametrize("args, message", [
-    ((64, 0.6, 1.0, -1, 1.5), "--min-p must be in [0, 1], got 1.5"),
-    ((64, 0.6, 1.0, 0, 0.0), "--top-k must be >= 1 or -1 (off), got 0"),
+    ((64, 0.6, 1.0, -1, 1.5), "--min-p must be >= 0 and <= 1, got 1.5"),
+    ((64, 0.6, 1.0, 0, 0.0), "--top-k must be >= 1 (or -1), got 0"),
     ((0, 0.6, 1.0), "--max-new-tokens must be >= 1, got 0"),
     ((64, -1.0, 1.0), "--temperature must be >= 0, got -1.0"),
 ])

@@ -14,7 +14,7 @@ from eagle3_synth.engines.replay import CheckedReplay, ReplayEngine, check_repla
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.errors import ConfigError, EngineError
 
-from ..support import sglang_results as R
+from stand_ins import sglang_results as R
 
 STOP = (2034, 2033)  # <|im_end|>, [EOS] of the kimi fixture tokenizer
 PARAMS = SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=STOP, vocab_size=2048)

@@ -30,7 +30,7 @@ from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FEATURES
 
 from ..conftest import KIMI_TOKENIZER
-from ..support import sglang_results as R
+from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, HTTPException, Reply, is_alive
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None  # never in the package's own venv (make sglang-venv)

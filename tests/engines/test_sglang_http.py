@@ -22,8 +22,8 @@ from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientE
 from eagle3_synth.contract.row import FEATURES
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
-from ..support import sglang_results as R
-from ..support.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, ServerThread, TinyModelBackend
+from stand_ins import sglang_results as R
+from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, ServerThread, TinyModelBackend
 
 STOP = (2034, 2033)  # <|im_end|>, [EOS] of the kimi fixture tokenizer
 PARAMS = SamplingParams(max_new_tokens=64, temperature=0.0, stop_token_ids=STOP)
@@ -334,7 +334,7 @@ def test_build_through_faults_into_a_loadable_dataset(serve, tmp_path, kimi_mark
     assert len(server.rids) == requests_before
 
 
-@pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(), reason="tiny model fixture missing: run scripts/train_tiny_model.py")
+@pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(), reason="tiny model fixture missing: run tests/fixtures/train_tiny_model.py")
 def test_build_with_the_tiny_model_behind_the_server(serve, tmp_path, kimi_markers):
     """The server generates with the tiny model; the dataset holds exactly what it generated."""
     backend = TinyModelBackend(str(TINY_MODEL))

@@ -17,9 +17,9 @@ from eagle3_synth.engines.sglang.args import type_engine_args
 from eagle3_synth.engines.sglang.protocol import ContextLimits
 from eagle3_synth.errors import ConfigError, EngineError
 
-from ..support import sglang_results as R
+from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, Reply
-from ..support.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, prompt_digest
+from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, prompt_digest
 from .test_sglang_engine import FAST_RETRY, FIELDS, FIELD_NAMES, STOP, stop_reply
 from .test_sglang_http import http_engine, random_requests, serve  # noqa: F401 (fixture)
 

@@ -7,7 +7,7 @@ from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
 from eagle3_synth.engines.sglang.loads import (MAX_QUEUE_PER_RANK, QUEUE_PER_RANK, START_PER_RANK, EngineLoad,
                                                LoadDrivenSize, running_capacity, start_size, window_size)
 
-from ..support.sglang_server import DeterministicBackend, SGLangLoopbackServer
+from stand_ins.sglang_server import DeterministicBackend, SGLangLoopbackServer
 from .test_sglang_engine import FAST_RETRY, Reply, launch, requests, stop_reply  # noqa: F401 - the fixture
 from .test_sglang_http import random_requests, serve  # noqa: F401 - the fixture
 

@@ -16,8 +16,8 @@ from eagle3_synth.run.conversations import Turn, TurnFeed
 from eagle3_synth.run.journal import encode_result
 from eagle3_synth.run.progress import Progress, RunSummary
 
-from ..support import sglang_results as R
-from ..support.sglang_server import DeterministicBackend, SGLangLoopbackServer
+from stand_ins import sglang_results as R
+from stand_ins.sglang_server import DeterministicBackend, SGLangLoopbackServer
 from .test_sglang_engine import PARAMS, STOP, Reply, body_ids, launch, requests  # noqa: F401 - the fixture
 from .test_sglang_http import serve  # noqa: F401 - the fixture
 

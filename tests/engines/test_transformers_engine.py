@@ -24,7 +24,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def tiny():
     if not (TINY_MODEL / "config.json").exists():
-        pytest.skip("tiny model fixture missing: run scripts/train_tiny_model.py")
+        pytest.skip("tiny model fixture missing: run tests/fixtures/train_tiny_model.py")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)

@@ -1,6 +1,6 @@
 """Every fixture source record templates on every fixture template that behaves like a real one.
 
-The fixture templates (scripts/_fixture_templates*.py) reproduce what the real models' templates
+The fixture templates (tests/fixtures/_fixture_templates*.py) reproduce what the real models' templates
 do with tool-call history: Qwen3 and DeepSeek-V3.1 need `content: ""` beside calls, DeepSeek-V3.1/R1
 concatenate `arguments` as a string, their llama.cpp copies `tojson` it, DeepSeek-V4, Qwen3-Coder,
 GLM and MiniMax iterate an object, DeepSeek-V3.1/R1 never render `tools`.

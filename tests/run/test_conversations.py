@@ -27,7 +27,7 @@ from eagle3_synth.run.directory import RunDirectory
 from ..conftest import TINY_MODEL
 from ..support.built_datasets import copy_dataset, rewrite_rows
 from ..support.cli_processes import KILLED, config_rows, run_cli_process
-from ..support.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
+from stand_ins.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
 
 CONFIG = "B2_hermes_fc"
 WEATHER = {"type": "function", "function": {

@@ -19,10 +19,10 @@ from eagle3_synth.errors import ConfigError
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
 from ..engines.test_sglang_engine import FIELD_NAMES, FIELDS
-from ..support import sglang_results as R
+from stand_ins import sglang_results as R
 from ..support.cli_processes import config_rows
 from ..support.fake_sglang import Engine as FakeEngine, Reply
-from ..support.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
+from stand_ins.sglang_server import SGLangLoopbackServer, ServerThread, TinyModelBackend
 
 CONFIG = "B2_hermes_fc"
 MIX = "temperature=0.0:0.5,temperature=1.0+top_k=20+min_p=0.05:0.5"
@@ -156,7 +156,7 @@ def test_a_mix_is_reproduced_from_its_seed_and_moves_with_it(tmp_path):
     ("max_new_tokens=64:1", "--sampling-mix: 'max_new_tokens' cannot be mixed (per run: --max-new-tokens"),
     ("seed=3:1", "--sampling-mix: 'seed' cannot be mixed (per sample: --seed + its sample id)"),
     ("temperature=-1:1", "--sampling-mix: temperature must be >= 0, got -1"),
-    ("min_p=2:1", "--sampling-mix: min_p must be in [0, 1], got 2"),
+    ("min_p=2:1", "--sampling-mix: min_p must be >= 0 and <= 1, got 2"),
     ("temperature=0.5", "--sampling-mix: 'temperature=0.5' is not KEY=VALUE[+KEY=VALUE...]:WEIGHT"),
 ])
 def test_a_bad_sampling_mix_is_named(mix, message):

@@ -14,7 +14,7 @@ from eagle3_synth.engines.sglang import engine as sglang_engine
 
 from ..conftest import KIMI_TOKENIZER
 from ..engines.test_sglang_engine import FIELD_NAMES, FIELDS
-from ..support import sglang_results as R
+from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, Reply
 
 CONFIG = "B3_ultrachat"

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
-from . import sglang_results as R
+from stand_ins import sglang_results as R
 
 SAMPLING_KEYS = set(R.SAMPLING_KEYS)
 

@@ -2,7 +2,7 @@
 
 One prompt per request (a router picks one worker per HTTP request, and a batch request returns
 only when its slowest prompt ends), `max_in_flight` requests at once over keep-alive connections
-(aiohttp: the fastest of the clients measured, see BENCHMARKS.md). Several `--url`s are used in
+(aiohttp: the fastest of the clients measured, see benchmarks/README.md). Several `--url`s are used in
 turn; a URL that refuses connections is skipped for a while.
 
 Failures:
@@ -45,6 +45,7 @@ import os
 import time
 from typing import Any
 
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.result_checks import check_result
@@ -103,8 +104,7 @@ class SGLangHTTPEngine(WindowedEngine):
         priority: bool = False,
         api_key: str | None = None,
     ):
-        if request_timeout_s <= 0:
-            raise ConfigError(f"--request-timeout must be > 0 seconds, got {request_timeout_s}")
+        check_range("request_timeout", request_timeout_s)
         self.urls = UrlPool(normalize_urls(urls))
         check_window_size(max_in_flight)  # before an event loop exists to leak
         self.request_timeout_s = request_timeout_s

@@ -1,5 +1,5 @@
 """One contract, two servers: every behaviour of SGLang 0.5.23's HTTP server that the CPU backend
-can show, held on the real `launch_server` and on our stand-in (tests/support/sglang_server.py)
+can show, held on the real `launch_server` and on our stand-in (stand_ins/sglang_server.py)
 by the same test, so the stand-in cannot drift from the real thing.
 
 What only a GPU shows (attention DP, KV pressure at scale, several GPUs) stays on the stand-ins,
@@ -17,7 +17,7 @@ import pytest
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
 
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_python
-from ...support.sglang_server import DeterministicBackend, ServerThread, SGLangLoopbackServer
+from stand_ins.sglang_server import DeterministicBackend, ServerThread, SGLangLoopbackServer
 
 pytestmark = pytest.mark.slow
 

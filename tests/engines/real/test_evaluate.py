@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from eagle3_synth.cli import main
+from stand_ins.drafters import random_drafter
 
-from ...support.drafters import random_drafter
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_python
 
 pytestmark = pytest.mark.slow

@@ -1,1 +1,0 @@
-"""Looking at data: where/render/decode, validate, export, training inputs, doctor."""
