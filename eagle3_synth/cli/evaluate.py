@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
                                 recorded_greedy(row)))
         if not rows:
             raise ConfigError(f"{args.source}: no rows in {', '.join(configs)} ({source.split} split)")
+        check_cpu_sampling(args.engine, engine_args, rows)
         vocab = (provenance.vocab_size or {}).get("size") or (target.get("text_config") or target).get("vocab_size")
         params = SamplingParams(max_new_tokens=max(r.sampling["max_new_tokens"] for r in rows), temperature=0.0,
                                 stop_token_ids=tuple(markers.stop_ids), vocab_size=vocab)
@@ -139,6 +140,19 @@ def run(args: argparse.Namespace) -> int:
         Path(args.report).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.report}")
     return 0
+
+
+def check_cpu_sampling(engine: str, engine_args: dict, rows: list) -> None:
+    """SGLang 0.5.23 verifies sampled drafts with a CUDA (or MUSA, NPU) kernel only: on its CPU backend
+    `tree_speculative_sampling_target_only` is None (sglang/kernels/ops/speculative/verify_sampling.py:
+    21-32) and the first sampled verify step kills the scheduler. Refused here, before the engine starts."""
+    from eagle3_synth.engines.sglang.args import is_cpu_engine
+
+    sampled = sum(1 for row in rows if not row.greedy)
+    if engine == "sglang" and is_cpu_engine(engine_args) and sampled:
+        raise ConfigError(f"--engine sglang on a CPU serves speculative decoding greedy only ({sampled} of {len(rows)} rows "
+                          "would be sampled): SGLang 0.5.23 has no CPU kernel for speculative sampling "
+                          "(kernels/ops/speculative/verify_sampling.py); give --temperature 0")
 
 
 def server_command(model: str, drafter: Path, speculative: dict, engine_args: dict, dtype: str | None) -> str:

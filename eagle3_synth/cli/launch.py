@@ -34,7 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks = parser.add_argument_group("tasks (datatrove's executors)")
     tasks.add_argument("--executor", choices=EXECUTORS, default=E.executor, help=f"default {E.executor}")
     tasks.add_argument("--tasks", type=int, required=True, metavar="N", help="shards, one task each (one node each)")
-    tasks.add_argument("--workers", type=int, default=E.workers, metavar="N",
+    # dest task_workers: `workers` is the builder's prompt-preparation processes, whose range (>= 1) the
+    # generation options are checked against (contract/ranges.py); datatrove's -1 means "all at once".
+    tasks.add_argument("--workers", dest="task_workers", type=int, default=E.workers, metavar="N",
                        help="tasks running at once (default: all)")
     tasks.add_argument("--nodes-per-task", type=int, default=E.nodes_per_task, metavar="N",
                        help="nodes per task, for a model that spans nodes (see docs/guides/clusters.md)")
@@ -70,7 +72,7 @@ def executor_settings(args: argparse.Namespace):  # noqa: ANN201 - cluster.execu
     from eagle3_synth.cluster.executors import ExecutorSettings
 
     return ExecutorSettings(
-        executor=args.executor, tasks=args.tasks, workers=args.workers, nodes_per_task=args.nodes_per_task,
+        executor=args.executor, tasks=args.tasks, workers=args.task_workers, nodes_per_task=args.nodes_per_task,
         gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task, mem_per_cpu_gb=args.mem_per_cpu_gb,
         partition=args.partition, time=args.time, qos=args.qos, exclusive=args.exclusive,
         sbatch_args=dict(parse_key_value(item, "--sbatch-arg") for item in args.sbatch_arg),

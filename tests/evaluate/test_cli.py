@@ -30,6 +30,14 @@ def test_a_misfit_drafter_is_refused_before_the_engine_starts(dataset, tmp_path,
     assert "norm_before_residual=true" in err and "sglang" not in err.lower().split("does not fit")[0]
 
 
+def test_sampled_speculative_decoding_on_sglangs_cpu_backend_is_refused(dataset, tmp_path, capsys):
+    drafter = str(sglang_drafter(tmp_path / "d"))
+    assert main(["evaluate", str(dataset), "B1_glaive", "--drafter", drafter, "--engine-arg", "device=cpu",
+                 "--dtype", "bfloat16", "--temperature", "0.7"]) == 2
+    assert ("--engine sglang on a CPU serves speculative decoding greedy only (1 of 1 rows would be sampled): SGLang "
+            "0.5.23 has no CPU kernel for speculative sampling") in capsys.readouterr().err
+
+
 def test_sglang_http_needs_its_servers(dataset, tmp_path, capsys):
     drafter = str(sglang_drafter(tmp_path / "d"))
     assert main(["evaluate", str(dataset), "--drafter", drafter, "--engine", "sglang-http"]) == 2
