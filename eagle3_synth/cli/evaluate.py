@@ -24,6 +24,7 @@ from eagle3_synth.cli.options import parse_key_value
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 from eagle3_synth.dataset.stores import open_source, resolve_configs
 from eagle3_synth.engines.dtypes import DTYPES, resolve_dtype
+from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.errors import ConfigError
 
 
@@ -70,10 +71,11 @@ def open_rows_source(args: argparse.Namespace):  # noqa: ANN201 - RowSource
         return open_from_args(args)
     validation = open_source(args.source, revision=args.revision, split="validation")
     try:
-        if validation.configs() and all(c in validation.configs() for c in (args.configs or validation.configs())):
-            return validation
+        held_out = validation.configs()
     except ConfigError:
-        pass
+        held_out = []
+    if held_out and all(c in held_out for c in (args.configs or held_out)):
+        return validation
     print(f"evaluate: {args.source} has no validation split for these configs; evaluating train rows "
           "(rows the drafter may have trained on)", file=sys.stderr)
     return open_source(args.source, revision=args.revision, split="train")
@@ -82,15 +84,12 @@ def open_rows_source(args: argparse.Namespace):  # noqa: ANN201 - RowSource
 def run(args: argparse.Namespace) -> int:
     from eagle3_synth.engines import EngineOptions, SamplingParams
     from eagle3_synth.evaluate.report import format_report
-    from eagle3_synth.evaluate.run import (Evaluation, Row, check_drafter, evaluate, recorded_greedy, row_sampling, scratch_dir,
+    from eagle3_synth.evaluate.run import (Evaluation, check_drafter, evaluate, evaluation_row, scratch_dir,
                                            served_drafter_path)
 
     if args.report:
         check_outputs([args.report], "--report", args.overwrite)
-    for name in ("max_rows", "num_steps", "eagle_topk", "num_draft_tokens", "max_in_flight"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    check_ranges(vars(args))
     if args.engine == "sglang-http" and not args.url:
         raise ConfigError("--engine sglang-http needs --url: a server started with the drafter (see --dry-run)")
     if args.engine == "sglang-http" and not args.no_baseline and not args.baseline_url:
@@ -119,9 +118,7 @@ def run(args: argparse.Namespace) -> int:
             for i, row in enumerate(source.iter_rows(config)):
                 if args.max_rows is not None and i >= args.max_rows:
                     break
-                rows.append(Row(config, row["sample_id"], row.get("turn") or 0, list(row["prompt_ids"]),
-                                list(row["output_ids"]), row_sampling(row, args.temperature, provenance.max_new_tokens),
-                                recorded_greedy(row)))
+                rows.append(evaluation_row(config, row, args.temperature, provenance.max_new_tokens))
         if not rows:
             raise ConfigError(f"{args.source}: no rows in {', '.join(configs)} ({source.split} split)")
         check_cpu_sampling(args.engine, engine_args, rows)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from eagle3_synth.dataset.stores import data_profile
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.forms import MessageForm
 from eagle3_synth.train.export import FORMATS, KEPT, OVERLONG, ExportOptions, export_rows
@@ -54,8 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_length is not None and args.max_length < 1:
-        raise ConfigError(f"--max-length must be >= 1, got {args.max_length}")
+    check_range("max_length", args.max_length)
     check_outputs([args.out], "--out", args.overwrite)
     source, config = open_config(args)
     ids = args.format in ("ids", "speculators")

@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.dataset.stores import data_profile, resolve_configs
@@ -32,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="chat-template kwarg, overriding the recorded ones (repeatable)")
     parser.add_argument("--template-date", type=check_template_date, metavar="YYYY-MM-DD",
                         help="date a date-writing template (gpt-oss) renders, overriding the recorded one")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
+    parser.add_argument("--workers", dest="check_workers", type=int, default=1, metavar="N",
                         help="processes checking rows in parallel (re-templating dominates; default 1)")
     parser.add_argument("--report", metavar="FILE.json", help="also write the report as JSON")
     add_overwrite_argument(parser)
@@ -40,8 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    check_range("check_workers", args.check_workers)
     if args.report:
         check_outputs([args.report], "--report", args.overwrite)
     source = open_from_args(args)
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                                  template_date=args.template_date or provenance.template_date,
                                  kwarg_overrides=kwarg_overrides(args), vocab=data_vocabulary(provenance, tokenizer),
                                  max_new_tokens=provenance.max_new_tokens)
-        report = validate_batches(source.iter_batches(config), validator, config, workers=args.workers)
+        report = validate_batches(source.iter_batches(config), validator, config, workers=args.check_workers)
         reports.append(report)
         for line in report.lines():
             print(line)

@@ -66,6 +66,21 @@ RANGES: dict[str, Range] = {
     "shard_index": Range("--shard-index", minimum=0),
     "max_hours": Range("--max-hours", above=0),
     "workers": Range("workers", minimum=1),
+    # validate
+    "check_workers": Range("--workers", minimum=1),
+    # export, hidden-states and the trainers' inputs
+    "max_length": Range("--max-length", minimum=1),
+    "batch_tokens": Range("--batch-tokens", minimum=1),
+    "max_bytes": Range("--max-bytes", minimum=0),
+    "draft_vocab_size": Range("--draft-vocab-size", minimum=1),
+    "target_vocab_size": Range("--target-vocab-size", minimum=1),
+    # evaluate: SGLang's speculative settings (each >= 1, sglang srt/server_args.py) and the rows taken
+    "max_rows": Range("--max-rows", minimum=1),
+    "num_steps": Range("--num-steps", minimum=1),
+    "eagle_topk": Range("--eagle-topk", minimum=1),
+    "num_draft_tokens": Range("--num-draft-tokens", minimum=1),
+    # publish
+    "preview_chars": Range("--preview-chars", minimum=0),
 }
 
 

@@ -151,19 +151,8 @@ def fit_problems(drafter: Drafter, target: dict[str, Any], architecture: str) ->
                         "without a word and serve those parts random (llama_eagle3.py:371-378)")
     if drafter.layout == "speculators":
         problems += _speculators_problems(drafter)
-    named = drafter.sglang_layer_ids(architecture, layers) if isinstance(layers, int) else None
     if isinstance(layers, int):
-        if drafter.layout == "speculators" and drafter.config.get("eagle_aux_hidden_state_layer_ids") is not None and named is None:
-            problems.append(f"SGLang's {architecture} cannot capture its layers "
-                            f"{drafter.config['eagle_aux_hidden_state_layer_ids']} (aux_layers.py)")
-        else:
-            captured = captured_layers(architecture, layers, named)
-            problem = capture_problem(layers, captured)
-            if problem:
-                problems.append(f"its aux layers (vLLM's numbering) are {captured}: {problem}")
-            fc = drafter.weight("fc.weight")
-            if fc is not None and hidden and fc[-1] != len(captured) * hidden:
-                problems.append(f"its fc takes {fc[-1]} features, SGLang hands it {len(captured)} layers x {hidden}")
+        problems += _layer_problems(drafter, architecture, layers, hidden)
     draft_vocab = drafter.draft_vocab_size
     for name, expected in (("lm_head.weight", (draft_vocab, drafter.hidden_size)), ("d2t", (draft_vocab,)), ("t2d", (vocab,))):
         shape = drafter.weight(name)
@@ -171,6 +160,23 @@ def fit_problems(drafter: Drafter, target: dict[str, Any], architecture: str) ->
             problems.append(f"its {name} has shape {list(shape)}, expected {list(expected)}")
     if draft_vocab != vocab and drafter.weight("d2t") is None:
         problems.append(f"its draft vocabulary ({draft_vocab}) differs from the target's ({vocab}) but it has no d2t mapping")
+    return problems
+
+
+def _layer_problems(drafter: Drafter, architecture: str, num_layers: int, hidden: int | None) -> list[str]:
+    """Whether SGLang can hand the drafter the layers it was trained on, as many as its fc takes."""
+    named = drafter.sglang_layer_ids(architecture, num_layers)
+    trained = drafter.config.get("eagle_aux_hidden_state_layer_ids")
+    if drafter.layout == "speculators" and trained is not None and named is None:
+        return [f"SGLang's {architecture} cannot capture its layers {trained} (aux_layers.py)"]
+    problems = []
+    captured = captured_layers(architecture, num_layers, named)
+    problem = capture_problem(num_layers, captured)
+    if problem:
+        problems.append(f"its aux layers (vLLM's numbering) are {captured}: {problem}")
+    fc = drafter.weight("fc.weight")
+    if fc is not None and hidden and fc[-1] != len(captured) * hidden:
+        problems.append(f"its fc takes {fc[-1]} features, SGLang hands it {len(captured)} layers x {hidden}")
     return problems
 
 

@@ -53,21 +53,18 @@ class Row:
         return self.sampling.get("temperature") == 0
 
 
-def recorded_greedy(row: dict[str, Any]) -> bool:
-    """Whether the row was generated at temperature 0 (its `sampling` column; unknown: no)."""
-    return bool(row.get("sampling")) and json.loads(row["sampling"]).get("temperature") == 0
-
-
-def row_sampling(row: dict[str, Any], temperature: float | None, default_cap: int | None) -> dict[str, Any]:
-    """What the row is sent with: its `sampling` column (the run's values, the sample's seed), with
-    `temperature` over it when given; `max_new_tokens` the row's cap, else the run's, else its length."""
+def evaluation_row(config: str, row: dict[str, Any], temperature: float | None, default_cap: int | None) -> Row:
+    """The dataset row as evaluate sends it: its `sampling` column (the run's values, the sample's
+    seed), with `temperature` over it when given; `max_new_tokens` the row's cap, else the run's,
+    else its length. A row without a `sampling` column counts as sampled, not greedy."""
     recorded = json.loads(row["sampling"]) if row.get("sampling") else {}
     values = {**SAMPLING_DEFAULTS, **{k: v for k, v in recorded.items() if k in (*SAMPLING_KEYS, "seed") and v is not None}}
     values["max_new_tokens"] = recorded.get("max_new_tokens") or default_cap or max(1, len(row["output_ids"]))
     if temperature is not None:
         values["temperature"] = temperature
     values.setdefault("seed", None)
-    return values
+    return Row(config, row["sample_id"], row.get("turn") or 0, list(row["prompt_ids"]), list(row["output_ids"]), values,
+               recorded_greedy=recorded.get("temperature") == 0)
 
 
 @dataclass
@@ -107,13 +104,11 @@ def run_pass(engine: Any, rows: Sequence[Row], params: SamplingParams) -> Pass:
 
 
 def engine_settings(engine: Any) -> dict[str, Any]:
-    """The speculative settings the engine resolved (its server info), {} when it has none."""
+    """The speculative settings the engine resolved (its server info), {} when it has none (only
+    SGLang's adapters, in-process and HTTP, have `resolved_server_args`)."""
     info: Any = None
     try:
-        if hasattr(engine, "engine") and hasattr(engine.engine, "get_server_info"):
-            info = engine.engine.get_server_info()  # sglang.Engine in this process
-        elif hasattr(engine, "server_info") and getattr(engine, "urls", None):
-            info = engine.server_info(engine.urls.urls[0])
+        info = engine.resolved_server_args() if hasattr(engine, "resolved_server_args") else None
     except Exception as exc:  # informational only
         log.debug("could not read the engine's settings: %s", exc)
     if not isinstance(info, dict):

@@ -20,6 +20,7 @@ from pathlib import Path
 from eagle3_synth.dataset.card import DEFAULT_CONFIG
 from eagle3_synth.dataset.folder import built_configs
 from eagle3_synth.dataset.stores import REPO_ID
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance
 from eagle3_synth.publish.hub import PublishError, Released, check_tag_is_free, release
@@ -64,8 +65,7 @@ class PublishOptions:
             raise ConfigError(f"repo id {self.repo_id!r}: expected NAMESPACE/NAME, e.g. org/eagle3-synth")
         if not TAG.match(self.tag):
             raise ConfigError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-', e.g. v1.0.0")
-        if self.preview_chars < 0:
-            raise ConfigError(f"--preview-chars must be >= 0, got {self.preview_chars}")
+        check_range("preview_chars", self.preview_chars)
         if not Path(self.folder).is_dir():
             raise ConfigError(f"{self.folder}: no such folder")
 

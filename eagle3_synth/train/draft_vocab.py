@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eagle3_synth.dataset.stores import RowSource
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.prepare import model_config_value
 from eagle3_synth.files import written_whole
@@ -59,8 +60,7 @@ def target_vocab_size(
     """The target's vocabulary size and where it was read: `given` > `model`'s config.json > the
     config.json of the model each config records (all must agree)."""
     if given is not None:
-        if given < 1:
-            raise ConfigError(f"--target-vocab-size must be >= 1, got {given}")
+        check_range("target_vocab_size", given)
         return given, "--target-vocab-size"
     if model:
         size = model_vocab_size(model)
@@ -168,8 +168,7 @@ class DraftVocab:
 
 
 def check_draft_size(draft_vocab_size: int, target_vocab_size: int) -> None:
-    if draft_vocab_size < 1:
-        raise ConfigError(f"--draft-vocab-size must be >= 1, got {draft_vocab_size}")
+    check_range("draft_vocab_size", draft_vocab_size)
     if draft_vocab_size > target_vocab_size:
         raise ConfigError(f"--draft-vocab-size {draft_vocab_size} is larger than the target vocabulary "
                           f"({target_vocab_size})")

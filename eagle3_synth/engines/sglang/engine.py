@@ -109,6 +109,11 @@ class SGLangEngine(WindowedEngine):
         """The longest prompt the engine accepts with this max_new_tokens (None: unknown)."""
         return self.limits.max_prompt_tokens(max_new_tokens)
 
+    def resolved_server_args(self) -> dict[str, Any] | None:
+        """The server arguments SGLang resolved (`get_server_info()`), read now: what a report
+        says the engine ran with (the speculative settings SGLang chose where none was given)."""
+        return self.engine.get_server_info()
+
     async def _attempt(self, request: GenerationRequest, params: SamplingParams, sampling: dict[str, Any],
                        attempt: int) -> GenerationResult:
         try:

@@ -1,9 +1,8 @@
 """`sglang-http` engine: SGLang servers or an `sglang-router` through the native `/generate`.
 
-One prompt per request (a router picks one worker per HTTP request, and a batch request returns
-only when its slowest prompt ends), `max_in_flight` requests at once over keep-alive connections
-(aiohttp: the fastest of the clients measured, see benchmarks/README.md). Several `--url`s are used in
-turn; a URL that refuses connections is skipped for a while.
+One prompt per request (a router picks one worker per HTTP request, and a batch request returns only
+when its slowest prompt ends), `max_in_flight` requests at once over keep-alive connections (aiohttp:
+the fastest client measured, benchmarks/README.md). `--url`s are used in turn, one refusing skipped.
 
 Failures:
 - connection errors, idle timeouts, 408, 429 and 5xx are retried with backoff and jitter (retry.py);
@@ -13,9 +12,8 @@ Failures:
   answers 401 "Unauthorized" / 403 "Forbidden", sglang 0.5.23 srt/utils/auth.py:192-203) stop the
   run with one message naming the status and URL, instead of failing every prompt;
 - any other 4xx (a prompt longer than the context, a bad sampling value) is that sample's error;
-- retries used up: a 5xx or timeout becomes that sample's error; a server that cannot even be
-  connected to stops the run with `EngineDied` (exit 75; rerunning the command resumes), rather
-  than marking every remaining prompt as failed while a server restarts.
+- retries used up: a 5xx or timeout becomes that sample's error; a server that cannot be connected
+  to stops the run with `EngineDied` (exit 75; rerun to resume), not failing every prompt left.
 Every 200 result is checked (result_checks.py) before it is handed on.
 
 Requests stream (`"stream": true`, `sampling_params.stream_interval` = STREAM_INTERVAL), so the
@@ -32,8 +30,7 @@ srt/entrypoints/http_server.py:721-737; bounded by `health_timeout_s`), then its
 server args plus the scheduler's `max_req_input_len`, srt/utils/common.py:3584-3593 and
 srt/managers/scheduler.py:1937-1947) is checked: `skip_tokenizer_init` must be true,
 `allow_auto_truncate` false, and the served `model_path` should match the run's model folder
-(a warning). Its context limits are kept (`limits`, `max_prompt_tokens`) so prompt preparation
-can report a prompt SGLang would reject as too long.
+(a warning). Its context limits are kept (`limits`) so a prompt SGLang would reject is reported too long.
 """
 
 from __future__ import annotations
@@ -265,6 +262,9 @@ class SGLangHTTPEngine(WindowedEngine):
                                   "(is the server still loading the model, or stuck?); rerun when it answers 200")
             log.info("%s/health answers HTTP %d (server starting?); waiting", url, status)
             time.sleep(self.health_poll_s)
+
+    def resolved_server_args(self) -> dict[str, Any] | None:
+        return self.server_info(self.urls.urls[0])  # the first server's, as the in-process engine's
 
     def server_info(self, url: str) -> dict[str, Any] | None:
         """`/server_info`, else the deprecated `/get_server_info` (both in 0.5.23,

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.engines.dtypes import DTYPES
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.shards import Shard
@@ -81,10 +82,7 @@ class HiddenStatesOptions:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.overlong not in OVERLONG:
             raise ConfigError(f"--overlong must be one of {', '.join(OVERLONG)}, got {self.overlong!r}")
-        if self.max_length is not None and self.max_length < 1:
-            raise ConfigError(f"--max-length must be >= 1, got {self.max_length}")
-        if self.batch_tokens < 1:
-            raise ConfigError(f"--batch-tokens must be >= 1, got {self.batch_tokens}")
+        check_ranges({"max_length": self.max_length, "batch_tokens": self.batch_tokens})
         if self.fmt == "specforge" and self.drafter != "eagle3":
             raise ConfigError(f"--format specforge writes SpecForge's offline EAGLE-3 files only; for --drafter "
                               f"{self.drafter} use --format speculators")

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.train.hidden_states import specforge_target
 from eagle3_synth.train.hidden_states.check import check_files
@@ -39,8 +40,7 @@ def run_job(source: Any, options: HiddenStatesOptions, *, dry_run: bool = False,
     False when the check found a problem."""
     from transformers import AutoConfig
 
-    if max_bytes is not None and max_bytes < 0:
-        raise ConfigError(f"--max-bytes must be >= 0, got {max_bytes}")
+    check_range("max_bytes", max_bytes)
     try:
         model_config = AutoConfig.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError) as exc:
