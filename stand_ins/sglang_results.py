@@ -1,4 +1,7 @@
-"""SGLang 0.5.23 result dicts and errors, shaped as its source writes them (SGLANG_CONTRACT.md §3-§5).
+"""SGLang 0.5.23 result dicts and errors, shaped as its source writes them: meta_info and the result
+dicts in srt/managers/tokenizer_manager.py:2507-2513,2675-2713 (no `text` under skip_tokenizer_init,
+its `BatchTokenIDOutput` branch), finish reasons in srt/managers/schedule_batch.py:284-345, the HTTP
+error bodies in srt/entrypoints/http_server.py:2246-2250.
 
 Shared by the fake `sglang.Engine` and the loopback `/generate` server, so both stand-ins return
 exactly one shape. With `skip_tokenizer_init=True` there is no `"text"` (except in a queued abort).

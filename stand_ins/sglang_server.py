@@ -1,10 +1,11 @@
 """A loopback HTTP server speaking SGLang 0.5.23's native `/generate`, with fault injection.
 
 It stands in for `python -m sglang.launch_server --skip-tokenizer-init` (or a router), which
-needs a GPU. The HTTP surface follows SGLANG_CONTRACT.md §5: `POST /generate` with `input_ids`
-(one prompt, or a list of prompts = a batch that returns when all are done), `sampling_params`
-(unknown keys and bad values -> 400), `rid`; results shaped as in sglang_results.py;
-`GET /health`, `/get_model_info`, `/model_info`.
+needs a GPU. The HTTP surface follows sglang 0.5.23's srt/entrypoints/http_server.py: `POST /generate`
+(:928-990) with `input_ids` (one prompt, or a list of prompts = a batch that returns when all are
+done), `sampling_params` (unknown keys and bad values -> 400: its schema check, :937-939, and a
+ValueError's `{"error": {"message": ...}}`, :2246-2250), `rid`; results shaped as in
+sglang_results.py; `GET /health` (:721), `/get_model_info` (:802), `/model_info` (:812).
 
 What generates (a backend):
 - `TinyModelBackend`: the tiny fixture model through transformers, one request at a time;
@@ -448,7 +449,8 @@ class SGLangLoopbackServer:
         scheduler's init info (`max_total_num_tokens`, `max_req_input_len`, scheduler.py:1937-1947),
         `internal_states`, `version` (http_server.py:863-887)."""
         # `context_length` is the server argument (None unless the server was started with one), not the
-        # model's: the model's is /v1/models' max_model_len (seen on the real 0.5.23, SGLANG_CPU.md).
+        # model's: the model's is /v1/models' max_model_len (srt/entrypoints/http_server.py:1993-2006;
+        # tests/engines/real/test_contract.py checks both on the real 0.5.23).
         info = {"model_path": self.model_path, "tokenizer_path": self.model_path, "context_length": None,
                 "tp_size": 1, "dp_size": 1, "speculative_algorithm": None, **self.server_args,
                 "status": "ready", "max_total_num_tokens": self.kv_capacity or 1 << 20,

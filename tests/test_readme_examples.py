@@ -2,7 +2,7 @@
 
 Every ```console block of README.md and of every page under docs/ is a list of commands (`$ ...`)
 and what each printed. They run here in a folder holding `make demo`'s dataset (`demo_out`, built
-by scripts/demo.py, whose output holds README's sample block too) and a
+by examples/demo.py, whose output holds README's sample block too) and a
 link to the fixtures (`tests/`), each as its own process with stdout and stderr together, as a
 user's terminal shows them. Compared after normalising what no two runs share: the checkout's and
 the folder's absolute paths, and for commands whose figures are measured rates (`plan`) every
@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from .support.golden import UPDATE_ENV
+from .support.modules import root_on_path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -89,7 +90,7 @@ def demo_folder(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     (folder / "tests").symlink_to(ROOT / "tests")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(folder / ".hf"), "DEMO_OUT": str(folder / "demo_out"), "COLUMNS": "200"}
-    demo = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], cwd=folder, env=env, check=True,
+    demo = subprocess.run([sys.executable, "-m", "examples.demo"], cwd=folder, env=root_on_path(env), check=True,
                           stdout=subprocess.PIPE, text=True, timeout=900)
     (folder / "demo.out").write_text(demo.stdout, encoding="utf-8")
     return folder, env

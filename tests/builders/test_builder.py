@@ -25,7 +25,7 @@ BUILD_OPTIONS = ["--model", "tests/fixtures/models/tiny-kimi", "--engine", "tran
                  "--max-new-tokens", "64", "--temperature", "0"]
 
 pytestmark = pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(),
-                                reason="tiny model fixture missing: run tests/fixtures/train_tiny_model.py")
+                                reason="tiny model fixture missing: run python -m tests.fixtures.train_tiny_model")
 
 
 def docs_snippet() -> str:

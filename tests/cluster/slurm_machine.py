@@ -1,7 +1,8 @@
 """A real single-machine Slurm for the tests: munged, slurmctld and slurmd as plain daemons from one
 temporary state folder, stopped by their pid files (never by name).
 
-What it takes on a machine without systemd or writable cgroups (measured, ../shared/CLUSTERS.md):
+What it takes on a machine without systemd or writable cgroups (measured; docs/development.md, "the
+tests' own Slurm", says why each is needed):
 SlurmctldHost = `hostname -s`, addresses pinned to 127.0.0.1, proctrack/linuxproc and task/none,
 RealMemory under what `slurmd -C` reports (else the node drains), batch_sched_delay=0, and
 DependencyParameters=kill_invalid_depend (datatrove's stats job depends `afterok` on the array).

@@ -32,6 +32,7 @@ from eagle3_synth.contract.row import FEATURES
 from ..conftest import KIMI_TOKENIZER
 from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, HTTPException, Reply, is_alive
+from ..support.modules import root_on_path
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None  # never in the package's own venv (make sglang-venv)
 
@@ -316,9 +317,8 @@ def test_close_kills_the_engine_processes_but_not_the_callers(launch):
 def test_exit_without_close_still_spares_the_callers_children(tmp_path):
     """SGLang registers its (kill-everything) shutdown with atexit; ours replaces it."""
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(textwrap.dedent("""
         import subprocess, sys
-        sys.path.insert(0, {str(REPO)!r})
         from tests.support.fake_sglang import Engine
         from tests.engines.test_sglang_engine import FIELDS, FIELD_NAMES, stop_reply
         from eagle3_synth.engines import EngineOptions
@@ -332,7 +332,8 @@ def test_exit_without_close_still_spares_the_callers_children(tmp_path):
             engine = launch(Engine.configure(plan, FIELD_NAMES), FIELDS, EngineOptions(model="/m"))
             print(mine.pid, engine.engine.get_all_child_pids()[0], flush=True)
     """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=root_on_path())
     assert out.returncode == 0, out.stderr
     mine, worker = (int(x) for x in out.stdout.split())
     try:

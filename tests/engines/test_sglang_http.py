@@ -334,7 +334,7 @@ def test_build_through_faults_into_a_loadable_dataset(serve, tmp_path, kimi_mark
     assert len(server.rids) == requests_before
 
 
-@pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(), reason="tiny model fixture missing: run tests/fixtures/train_tiny_model.py")
+@pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(), reason="tiny model fixture missing: run python -m tests.fixtures.train_tiny_model")
 def test_build_with_the_tiny_model_behind_the_server(serve, tmp_path, kimi_markers):
     """The server generates with the tiny model; the dataset holds exactly what it generated."""
     backend = TinyModelBackend(str(TINY_MODEL))

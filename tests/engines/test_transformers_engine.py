@@ -24,7 +24,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def tiny():
     if not (TINY_MODEL / "config.json").exists():
-        pytest.skip("tiny model fixture missing: run tests/fixtures/train_tiny_model.py")
+        pytest.skip("tiny model fixture missing: run python -m tests.fixtures.train_tiny_model")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)

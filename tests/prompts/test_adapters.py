@@ -1,7 +1,7 @@
 """Source adapters and readers: records in each source's real schema -> exact conversations -> templates.
 
 Fixture records live in tests/fixtures/sources/<config>/ in the source's own file format (written
-from shared/SOURCES.md, with the awkward cases: no tools, several tools, parallel calls, tool
+in the record shapes each adapter's docstring shows for its source dataset, with the awkward cases: no tools, several tools, parallel calls, tool
 responses, system turns, empty turns, non-ASCII, and malformed records of each kind).
 """
 

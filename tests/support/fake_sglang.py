@@ -1,11 +1,14 @@
 """A stand-in for `sglang.Engine` 0.5.23 (which needs a GPU), with its real surface and habits.
 
-What it copies from the real class (sglang/srt/entrypoints/engine.py, SGLANG_CONTRACT.md):
+What it copies from the real class (sglang 0.5.23's srt/entrypoints/engine.py: `__init__` builds its
+ServerArgs from the keywords, :278-300, and registers `shutdown` with atexit, :326; `async_generate`,
+:545; `shutdown`, :1450-1491):
 - `Engine(**kwargs)`: an unknown keyword is `TypeError("Unexpected keyword argument 'x'")`, a
   missing `model_path` `TypeError("Missing required argument 'model_path'")`;
 - `async_generate` with the real parameter list; a flat `input_ids` list is one request and returns
   one result dict (sglang_results.py shapes); an unknown sampling key is a `TypeError`; a duplicate
-  in-flight `rid` a `ValueError`; stop strings with `skip_tokenizer_init` a `ValueError`;
+  in-flight `rid` a `ValueError` (srt/managers/tokenizer_manager.py:3836); stop strings with
+  `skip_tokenizer_init` a `ValueError` (srt/sampling/sampling_params.py:453-468);
 - request handling is bound to the loop running when the first request arrives (the real tokenizer
   manager's `auto_create_handle_loop`), which also installs SIGTERM/SIGQUIT handlers on it: using
   another loop later fails here (the real engine would hang);

@@ -3,7 +3,10 @@
 The live Hub cannot be reached from tests, so this server implements, in memory, the routes that
 `huggingface_hub` 2.4 (create_repo, create_commit over LFS, create_tag, list_repo_refs, ...) and
 `datasets` 5.2 (`load_dataset(repo, config, revision=...)`) call, with the request and response
-shapes documented in shared/HUB_API.md. The real client libraries talk to it unchanged: point them
+shapes those clients send and read (huggingface_hub 2.4.0: hf_api.py `create_repo` :4577,
+`create_commit` :5018, `create_tag` :7096, `list_repo_refs` :4112; _commit_api.py preupload
+:703-771, LFS uploads :378-551 and the commit's NDJSON lines :909; lfs.py's batch call :133; reads
+through file_download.py's resolve HEAD and hf_file_system.py's tree). The real client libraries talk to it unchanged: point them
 at `server.url` with `HF_ENDPOINT` (set before import) or `HfApi(endpoint=server.url)`, and set
 `HF_HUB_DISABLE_XET=1` (Xet is a client-side choice; this server speaks LFS only).
 

@@ -25,7 +25,7 @@ from ..support.cli_runs import run_cli
 from ..support.trainer_venvs import SPECFORGE, SPECULATORS, read_with, trainer_python
 
 pytestmark = pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(),
-                                reason="tiny model fixture missing: run tests/fixtures/train_tiny_model.py")
+                                reason="tiny model fixture missing: run python -m tests.fixtures.train_tiny_model")
 CONFIG = "B1_glaive"
 ROWS = 6  # the config's bundled sample prompts
 

@@ -5,7 +5,8 @@ Aeala/ShareGPT_Vicuna_unfiltered rows are chunks of real user conversations; `fr
 are single-turn `human`/`gpt` pairs with many metadata columns, of which only `uuid` and
 `conversations` are read.
 
-Real records (shapes from SOURCES.md):
+Records in each dataset's shape (rebuilt from their columns, shortened: a row of
+ShareGPT_V4.3_unfiltered_cleaned_split.json, then one of Magpie-Qwen2.5-Pro-1M-v0.1):
 
     {"id": "dsOTKpn_0",
      "conversations": [{"from": "human", "value": "Why does `dir` command in DOS see the \\"<.<\\"

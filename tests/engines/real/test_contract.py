@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 CONTEXT = 32768  # the tiny model's max_position_embeddings
 PROMPT = [2032, 5, 17, 99, 300, 41, 7, 8]
 STOP = [2033, 2034]
-# meta_info's keys, in the order the real server writes them (SGLANG_CONTRACT.md §3, seen on the CPU server).
+# meta_info's keys, in the order the real server writes them (the first five: srt/managers/tokenizer_manager.py:
+# 2507-2513; all of them as the real CPU server returns them, which the test below checks).
 META_KEYS = ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
              "completion_tokens", "cached_tokens", "weight_versions", "cached_tokens_details", "dp_rank",
              "e2e_latency", "response_sent_to_client_ts"]

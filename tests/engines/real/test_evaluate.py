@@ -5,7 +5,7 @@ against a real `launch_server` started with the drafter.
 The drafter here is random (an SGLang-layout `LlamaForCausalLMEagle3` of the tiny model's shapes,
 its two aux layers the ones SGLang can capture from a 2-layer target): it should be accepted about
 never, and EAGLE's verification is lossless, so every greedy output equals the row's and the
-target's own. A trained drafter is served at the end of the train demo (tests/scripts/test_train_demo.py).
+target's own. A trained drafter is served at the end of the train demo (tests/examples/test_train_demo.py).
 """
 
 from __future__ import annotations

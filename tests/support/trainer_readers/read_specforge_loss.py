@@ -1,4 +1,4 @@
-"""scripts/specforge_cpu.py's plain-torch EAGLE-3 loss against SpecForge 0.2.0's own reference formula.
+"""examples/specforge_cpu.py's plain-torch EAGLE-3 loss against SpecForge 0.2.0's own reference formula.
 
 Usage (in .venv-specforge): python read_specforge_loss.py SEED
 SpecForge's `core/loss.py` keeps, beside its triton kernels, a "Reference implementation"
@@ -34,7 +34,7 @@ def specforge_reference():
 
 
 def ours():
-    spec = importlib.util.spec_from_file_location("specforge_cpu", ROOT / "scripts" / "specforge_cpu.py")
+    spec = importlib.util.spec_from_file_location("specforge_cpu", ROOT / "examples" / "specforge_cpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.PlainLogSoftmaxLoss.apply

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from ..support.modules import root_on_path
 from ..support.trainer_venvs import SPECFORGE, trainer_python
 
-ROOT = Path(__file__).resolve().parents[2]
 EPOCHS = 2
 
 
@@ -31,11 +31,11 @@ def specforge_python() -> Path:
 @pytest.mark.slow
 def test_specforge_trains_an_eagle3_drafter_on_our_hidden_states(specforge_python, tmp_path):
     out = tmp_path / "demo"
-    argv = [sys.executable, str(ROOT / "scripts" / "specforge_demo.py"), "--out", str(out),
+    argv = [sys.executable, "-m", "examples.specforge_demo", "--out", str(out),
             "--configs", "B2_hermes_fc", "--samples-per-prompt", "2", "--max-new-tokens", "24",
             "--validation", "0.4", "--draft-vocab-size", "128", "--epochs", str(EPOCHS), "--ttt-length", "2",
             "--specforge-python", str(specforge_python)]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=root_on_path(), check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
     train_rows = len(list((out / "hs-train").glob("*.ckpt")))

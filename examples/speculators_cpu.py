@@ -3,7 +3,7 @@
 Run with the interpreter of the virtual environment speculators is installed in (`make
 speculators-venv`: `.venv-speculators`), exactly as the `speculators` command:
 
-    .venv-speculators/bin/python scripts/speculators_cpu.py train --verifier-name-or-path ... \\
+    .venv-speculators/bin/python -m examples.speculators_cpu train --verifier-name-or-path ... \\
         --draft-attn-impl sdpa --loss-implementation eager --num-workers 0 --hidden-states-dtype float32
 
 Those four flags are speculators' own way off the GPU-only paths (flex attention and the fused
@@ -59,7 +59,7 @@ def patch() -> None:
 
     found = version("speculators")
     if found != SPECULATORS_VERSION:
-        raise SystemExit(f"scripts/speculators_cpu.py: error: patches read from speculators {SPECULATORS_VERSION}, "
+        raise SystemExit(f"examples/speculators_cpu.py: error: patches read from speculators {SPECULATORS_VERSION}, "
                          f"found {found}; check train/trainer.py again before running")
     if torch.accelerator.is_available():
         return  # a GPU build with a device: nothing to patch

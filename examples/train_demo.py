@@ -14,7 +14,7 @@ it is:
 4. `eagle3-synth hidden-states ... --format speculators --prepared` for those prepared rows (the
    tiny model has 2 layers, so `--layers 0 1`: EAGLE-3's default `[2, n//2, n-3]` needs 5, and
    SGLang serves only layers it can capture, the inputs of layers 0..n-1: engines/sglang/aux_layers.py);
-5. `speculators train` through scripts/speculators_cpu.py (speculators' CLI with its two
+5. `speculators train` through examples/speculators_cpu.py (speculators' CLI with its two
    accelerator-only calls patched), with `--on-missing raise`: a hidden-states file the trainer
    cannot read stops it rather than asking a vLLM server; and `--no-norm-before-residual`, the
    drafter layer SGLang serves (speculators' default differs: evaluate/drafter.py);
@@ -45,7 +45,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
-CPU_MAIN = ROOT / "scripts" / "speculators_cpu.py"
+CPU_MAIN = "examples.speculators_cpu"  # run as `python -m`, as this demo is
 LAYERS = ("0", "1")
 # speculators' own flags off its GPU-only paths (train/config/schema.py, 0.9.0): sdpa instead of
 # flex attention (:190), the eager loss instead of the fused triton one (:304), no worker
@@ -93,7 +93,7 @@ def show(argv: list[str], prog: str = "eagle3-synth") -> None:
 
 
 def ours(argv: list[str]) -> None:
-    """One eagle3-synth command, in this process (as `scripts/demo.py`)."""
+    """One eagle3-synth command, in this process (as examples/demo.py)."""
     from eagle3_synth.cli import main as cli
 
     show(argv)
@@ -114,9 +114,9 @@ def logged(command: list[str], log: Path, what: str, env: dict[str, str] | None 
 
 
 def theirs(python: Path, argv: list[str], log: Path, env: dict[str, str] | None = None, cpu_patched: bool = False) -> None:
-    """One speculators command in its own environment (`cpu_patched`: through scripts/speculators_cpu.py)."""
-    show(argv, prog="python scripts/speculators_cpu.py" if cpu_patched else "speculators")
-    command = [str(python), *([str(CPU_MAIN)] if cpu_patched else ["-m", "speculators"]), *argv]
+    """One speculators command in its own environment (`cpu_patched`: through examples/speculators_cpu.py)."""
+    show(argv, prog=f"python -m {CPU_MAIN}" if cpu_patched else "speculators")
+    command = [str(python), "-m", CPU_MAIN if cpu_patched else "speculators", *argv]
     # Wide lines: rich wraps the trainer's console to the terminal width, which a log file lacks.
     logged(command, log, f"train_demo: `speculators {argv[0]}`", env={**os.environ, "COLUMNS": "200", **(env or {})})
 

@@ -1,4 +1,4 @@
-"""scripts/bench_onpolicy.py's own logic (issue 21 point 4), on the tiny model, without speculators:
+"""benchmarks/bench_onpolicy.py's own logic (issue 21 point 4), on the tiny model, without speculators:
 the off-policy rows (replayed through a real build) against the template's rendering, the budget
 cut, and the acceptance-length formula."""
 
@@ -7,20 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from ..conftest import TINY_MODEL
-from ..support.scripts import load_script
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "bench_onpolicy.py"
+from ..support.modules import root_on_path
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script("bench_onpolicy")
+    from benchmarks import bench_onpolicy
+
+    return bench_onpolicy
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +118,10 @@ def test_the_benchmark_runs_end_to_end_small(tmp_path):
 
     python = trainer_python(SPECULATORS)
     out = tmp_path / "bench"
-    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--conversations", "16",
+    argv = [sys.executable, "-m", "benchmarks.bench_onpolicy", "--out", str(out), "--conversations", "16",
             "--validation", "4", "--max-new-tokens", "24", "--steps", "2", "--seeds", "0",
             "--total-seq-len", "512", "--speculators-python", str(python)]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=root_on_path(), check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     budgets = results["budgets"]

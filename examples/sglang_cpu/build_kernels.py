@@ -3,7 +3,7 @@
 Run with the SGLang venv's interpreter (`make sglang-venv` does): the kernels are compiled against
 the torch of the interpreter that runs this script.
 
-Why a build of our own (`../shared/SGLANG_CPU.md` has the measurements):
+Why a build of our own (docs/guides/engines.md, "The real SGLang on a CPU", says what it serves):
 - no registry has a CPU build of `sgl_kernel` (sglang-kernel 0.4.10 on PyPI is CUDA-only, and the
   sglang wheel does not contain the kernels), so they are built from SGLang's own source:
   `python/sglang/kernels/aot/` of the sglang repository, from the tarball given by

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from ..conftest import TINY_MODEL
+from ..support.modules import root_on_path
 from ..support.trainer_venvs import SGLANG, SPECULATORS, trainer_python
 
-ROOT = Path(__file__).resolve().parents[2]
 EPOCHS = 2
 
 
@@ -34,12 +34,12 @@ def speculators_python() -> Path:
 @pytest.mark.slow
 def test_speculators_trains_an_eagle3_drafter_on_our_data_and_sglang_serves_it(speculators_python, tmp_path):
     out = tmp_path / "demo"
-    argv = [sys.executable, str(ROOT / "scripts" / "train_demo.py"), "--out", str(out),
+    argv = [sys.executable, "-m", "examples.train_demo", "--out", str(out),
             "--configs", "B1_glaive", "B2_hermes_fc",  # tool calls, and multi-turn rows
             "--samples-per-prompt", "6", "--max-new-tokens", "32", "--draft-vocab-size", "128",
             "--epochs", str(EPOCHS), "--total-seq-len", "512",
             "--speculators-python", str(speculators_python), "--sglang-python", str(trainer_python(SGLANG))]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=root_on_path(), check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert f"epoch {EPOCHS}: validation full_acc " in done.stdout
 

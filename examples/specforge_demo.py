@@ -9,10 +9,10 @@ Every step is the offline path of docs/training/specforge.md, run on the bundled
    prompts: whole conversations held out as a `validation` split;
 2. `eagle3-synth vocab` over the mix (SpecForge's `.pt` d2t/t2d mapping);
 3. `eagle3-synth hidden-states ... --format specforge` for the train split and, into a folder of its
-   own, the validation split (`--layers 0 1 2`: the tiny model has 2 layers, as in scripts/train_demo.py);
+   own, the validation split (`--layers 0 1 2`: the tiny model has 2 layers, as in examples/train_demo.py);
 4. the draft config SpecForge itself derives from the target, with our draft vocabulary size
-   (`scripts/specforge_cpu.py draft-config`), and a run.yaml in SpecForge's schema;
-5. `specforge train --config run.yaml` through scripts/specforge_cpu.py (SpecForge's CLI with its
+   (`examples/specforge_cpu.py draft-config`), and a run.yaml in SpecForge's schema;
+5. `specforge train --config run.yaml` through examples/specforge_cpu.py (SpecForge's CLI with its
    triton loss stood in for by plain torch), evaluating on the validation folder at the end of
    every epoch (`training.eval_interval` = the optimizer steps of one epoch).
 
@@ -36,10 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_demo import MODEL, ROOT, bundled_conversations, logged, ours, show  # noqa: E402 - the same eagle3-synth steps
+from examples.train_demo import MODEL, ROOT, bundled_conversations, logged, ours, show  # the same eagle3-synth steps
 
-CPU_MAIN = ROOT / "scripts" / "specforge_cpu.py"
+CPU_MAIN = "examples.specforge_cpu"  # run as `python -m`, as this demo is
 # SpecForge's EAGLE-3 drafter takes exactly three layers (modeling/draft/llama3_eagle.py:1674-1676);
 # the tiny model's 2 layers give 0, 1 and the last layer's output, 2, which SGLang cannot capture,
 # so this drafter is not served (train_demo.py's two-layer speculators drafter is).
@@ -72,10 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def theirs(python: Path, argv: list[str], log: Path) -> None:
-    """One command of scripts/specforge_cpu.py in SpecForge's venv; its output goes to `log`, the last
+    """One command of examples/specforge_cpu.py in SpecForge's venv; its output goes to `log`, the last
     lines are shown if it fails."""
-    show(argv, prog="python scripts/specforge_cpu.py")
-    logged([str(python), str(CPU_MAIN), *argv], log, f"specforge_demo: `specforge {argv[0]}`")
+    show(argv, prog=f"python -m {CPU_MAIN}")
+    logged([str(python), "-m", CPU_MAIN, *argv], log, f"specforge_demo: `specforge {argv[0]}`")
 
 
 def run_yaml(*, target: Path, draft: Path | None, vocab: Path, train: Path, validation: Path, epochs: int,

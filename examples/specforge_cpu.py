@@ -4,7 +4,7 @@ Run with the interpreter of SpecForge's virtual environment (`make specforge-ven
 exactly as the `specforge` command (its console script is `specforge.cli:main`, the wheel's
 entry_points.txt):
 
-    .venv-specforge/bin/python scripts/specforge_cpu.py train --config run.yaml [section.field=value ...]
+    .venv-specforge/bin/python -m examples.specforge_cpu train --config run.yaml [section.field=value ...]
 
 An offline EAGLE-3 run (`data.hidden_states_path`) with `training.attention_backend: sdpa` and
 `training.fsdp_sharding: NO_SHARD` needs no accelerator anywhere but in its loss (line numbers of
@@ -34,7 +34,7 @@ backward (`:204-228`) is the gradient of that expression: `-(target - softmax * 
 grad / (B*T)` on unmasked rows, 0 on masked ones, which torch's autograd gives here. The same file's
 own "Reference implementation" `_compute_loss` (`:14-21`, what `benchmarks/benchmark_loss.py:6,52`
 compares the kernel with) computes `-sum(position_mask * target * log_softmax(logits.float()), -1)
-.mean()`; tests/scripts/test_specforge_cpu.py checks `eagle3_kl_loss` and its gradient against that
+.mean()`; tests/examples/test_specforge_cpu.py checks `eagle3_kl_loss` and its gradient against that
 function, run from the installed wheel's source.
 
 With an accelerator (a CUDA build of torch that sees a GPU) nothing is patched: SpecForge's own
@@ -84,7 +84,7 @@ def _check_version() -> None:
 
     found = version("specforge")
     if found != SPECFORGE_VERSION:
-        raise SystemExit(f"scripts/specforge_cpu.py: error: patch read from SpecForge {SPECFORGE_VERSION}, "
+        raise SystemExit(f"examples/specforge_cpu.py: error: patch read from SpecForge {SPECFORGE_VERSION}, "
                          f"found {found}; check core/loss.py and algorithms/eagle3/model.py again before running")
 
 
@@ -98,8 +98,8 @@ def patch() -> None:
     if current is not None and getattr(current, "LogSoftmaxLoss", None) is PlainLogSoftmaxLoss:
         return
     if current is not None:
-        raise SystemExit(f"scripts/specforge_cpu.py: error: {LOSS_MODULE} was imported before the patch")
-    module = types.ModuleType(LOSS_MODULE, "EAGLE-3 loss in plain torch (scripts/specforge_cpu.py)")
+        raise SystemExit(f"examples/specforge_cpu.py: error: {LOSS_MODULE} was imported before the patch")
+    module = types.ModuleType(LOSS_MODULE, "EAGLE-3 loss in plain torch (examples/specforge_cpu.py)")
     module.LogSoftmaxLoss = PlainLogSoftmaxLoss  # type: ignore[attr-defined]
     sys.modules[LOSS_MODULE] = module
 
@@ -112,7 +112,7 @@ def write_draft_config(run_config: str, draft_vocab_size: int, out: str) -> None
 
     cfg = load_config(run_config, [])
     if cfg.model.draft_model_config:
-        raise SystemExit(f"scripts/specforge_cpu.py draft-config: error: {run_config} already names "
+        raise SystemExit(f"examples/specforge_cpu.py draft-config: error: {run_config} already names "
                          "model.draft_model_config; give a run config without it")
     provider = resolve_run(cfg).algorithm.providers.model.draft_config
     draft = resolve_draft_config(cfg, provider=provider)
