@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eagle3_synth.engines.base import SpeculativeCounts
 
@@ -33,6 +33,10 @@ class Served:
     equal_to_row: bool | None = None  # greedy only: the output is the row's recorded output
     equal_to_baseline: bool | None = None  # greedy only: the output is the engine's without speculation
     error: str | None = None
+    # Where an unequal output first differs: {"row"|"baseline": [output position, its id, the other's id]}
+    # (an id is None past an output's end). A near-tie of two logits in the engine's dtype shows as one id
+    # swapped for another that the other engine ranks a hair lower.
+    differences: dict[str, list] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         counts = self.counts
@@ -43,7 +47,26 @@ class Served:
                 "proposed_drafts": counts.proposed_drafts if counts else 0,
                 "correct_drafts_histogram": list(counts.correct_drafts_histogram) if counts else [],
                 "sglang_accept_length": counts.accept_length if counts else None,
-                "equal_to_row": self.equal_to_row, "equal_to_baseline": self.equal_to_baseline, "error": self.error}
+                "equal_to_row": self.equal_to_row, "equal_to_baseline": self.equal_to_baseline,
+                "first_differences": self.differences, "error": self.error}
+
+
+def first_difference(output: Sequence[int], reference: Sequence[int]) -> list | None:
+    """[position, output's id, reference's id] of the first output position where they differ (an
+    id None past its sequence's end), None when they are equal."""
+    for position in range(max(len(output), len(reference))):
+        mine = output[position] if position < len(output) else None
+        theirs = reference[position] if position < len(reference) else None
+        if mine != theirs:
+            return [position, mine, theirs]
+    return None
+
+
+def _unequal_label(served: Served, reference: str) -> str:
+    """"B1_glaive:6 (output token 36: 16, not 20)": the row, and where its output first left the reference's."""
+    label = f"{served.config}:{served.sample_id}"
+    where = served.differences.get(reference)
+    return label + (f" (output token {where[0]}: {where[1]}, not {where[2]})" if where else "")
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -93,5 +116,5 @@ def greedy_check(served: Sequence[Served]) -> dict:
         checked = [s for s in served if getattr(s, attribute) is not None]
         unequal = [s for s in checked if not getattr(s, attribute)]
         result[name] = {"checked": len(checked), "unequal": len(unequal),
-                        "unequal_rows": [f"{s.config}:{s.sample_id}" for s in unequal[:10]]}
+                        "unequal_rows": [_unequal_label(s, name) for s in unequal[:10]]}
     return result

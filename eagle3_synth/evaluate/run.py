@@ -22,7 +22,7 @@ from eagle3_synth.contract.sampling import SAMPLING_KEYS
 from eagle3_synth.engines import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, create_engine
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.evaluate.drafter import Drafter, fit_problems, read_drafter, write_sglang
-from eagle3_synth.evaluate.figures import Served, acceptance, greedy_check
+from eagle3_synth.evaluate.figures import Served, acceptance, first_difference, greedy_check
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +184,19 @@ def report(rows: Sequence[Row], speculative: Pass, baseline: Pass | None, evalua
     for i, row in enumerate(rows):
         result = speculative.results[i]
         base = baseline.results.get(i) if baseline else None
+        references = {}  # greedy only: what the output must equal (EAGLE's verification is lossless)
+        if row.greedy and not result.error:
+            if row.recorded_greedy:
+                references["row"] = row.output_ids
+            if base is not None and not base.error:
+                references["baseline"] = base.output_ids
+        differences = {name: first_difference(result.output_ids, ids) for name, ids in references.items()}
         served.append(Served(
             config=row.config, sample_id=row.sample_id, turn=row.turn, completion_tokens=result.completion_tokens,
             counts=result.speculative, error=result.error,
-            equal_to_row=(result.output_ids == row.output_ids) if row.greedy and row.recorded_greedy and not result.error
-            else None,
-            equal_to_baseline=(result.output_ids == base.output_ids)
-            if row.greedy and base is not None and not result.error and not base.error else None))
+            equal_to_row=differences["row"] is None if "row" in differences else None,
+            equal_to_baseline=differences["baseline"] is None if "baseline" in differences else None,
+            differences={name: where for name, where in differences.items() if where is not None}))
     steps = speculative.settings.get("speculative_num_steps") or evaluation.speculative.get("num_steps")
     configs: dict[str, Any] = {}
     for config in dict.fromkeys(row.config for row in rows):

@@ -45,3 +45,16 @@ def test_greedy_check_names_the_unequal_rows():
     check = greedy_check(served)
     assert check["row"] == {"checked": 2, "unequal": 1, "unequal_rows": ["B1:7"]}
     assert check["baseline"] == {"checked": 2, "unequal": 0, "unequal_rows": []}
+
+
+def test_an_unequal_output_is_named_with_where_it_first_differs():
+    from eagle3_synth.evaluate.figures import first_difference
+
+    assert first_difference([5, 6, 7], [5, 6, 7]) is None
+    assert first_difference([5, 16, 7], [5, 20, 7]) == [1, 16, 20]
+    assert first_difference([5, 6], [5, 6, 7]) == [2, None, 7]  # stopped early
+    served = [Served("B1", 6, 0, 3, None, equal_to_baseline=False, differences={"baseline": [36, 16, 20]}),
+              Served("B1", 7, 0, 3, None, equal_to_baseline=True)]
+    check = greedy_check(served)
+    assert check["baseline"] == {"checked": 2, "unequal": 1, "unequal_rows": ["B1:6 (output token 36: 16, not 20)"]}
+    assert served[0].as_dict()["first_differences"] == {"baseline": [36, 16, 20]}
