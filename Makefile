@@ -125,9 +125,10 @@ sglang-venv: $(SGL_DONE)
 train-demo: setup speculators-venv sglang-venv
 	$(BIN)/python -m examples.train_demo --speculators-python $(SPEC_BIN)/python --sglang-python $(SGL_BIN)/python
 
-# A tiny EAGLE-3 drafter trained on the CPU by SpecForge's own offline training loop (examples/specforge_demo.py).
-specforge-train-demo: setup specforge-venv
-	$(BIN)/python -m examples.specforge_demo --specforge-python $(SF_BIN)/python
+# A tiny EAGLE-3 drafter trained on the CPU by SpecForge's own offline training loop on the 4-layer tiny
+# target, exported by SpecForge for SGLang and served by SGLang's EAGLE-3 (examples/specforge_demo.py).
+specforge-train-demo: setup specforge-venv sglang-venv
+	$(BIN)/python -m examples.specforge_demo --specforge-python $(SF_BIN)/python --sglang-python $(SGL_BIN)/python
 
 clean:
 	rm -rf $(VENV) $(SPEC_VENV) $(SF_VENV) $(SGL_VENV) site demo_out train_demo_out specforge_demo_out

@@ -46,7 +46,12 @@ those lines. Nothing here is imported by eagle3_synth (the package never imports
 derives from the target (`training/model_loading.py:211-257`, through its public
 `resolve_draft_config`, `:278-301`) with `draft_vocab_size` set to ours (the derived one is 32000,
 `algorithms/eagle3/providers.py:185`), written as JSON for `model.draft_model_config`
-(`config/schema.py:42`; read back by `training/model_loading.py:124-160`).
+(`config/schema.py:42`; read back by `training/model_loading.py:124-160`). Where the run config names
+`model.aux_hidden_state_layer_ids` (`config/schema.py:72`), the draft config carries them as
+`eagle_config.eagle_aux_hidden_state_layer_ids`, the key both SpecForge
+(`algorithms/model_providers.py:188-211`) and SGLang's EAGLE-3 drafter (`llama_eagle3.py:157-161`)
+read the target's layers from: the drafter SpecForge exports then names the layers it trained on,
+and SGLang captures those, not its default.
 """
 
 from __future__ import annotations
@@ -117,6 +122,10 @@ def write_draft_config(run_config: str, draft_vocab_size: int, out: str) -> None
     provider = resolve_run(cfg).algorithm.providers.model.draft_config
     draft = resolve_draft_config(cfg, provider=provider)
     draft.draft_vocab_size = draft_vocab_size
+    if cfg.model.aux_hidden_state_layer_ids is not None:
+        eagle_config = dict(getattr(draft, "eagle_config", None) or {})
+        eagle_config["eagle_aux_hidden_state_layer_ids"] = list(cfg.model.aux_hidden_state_layer_ids)
+        draft.eagle_config = eagle_config
     draft.to_json_file(out)
 
 

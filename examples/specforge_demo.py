@@ -1,20 +1,28 @@
 """`make specforge-train-demo`: a tiny EAGLE-3 drafter trained on the CPU by SpecForge 0.2.0's own
 offline training loop, on hidden states this package wrote.
 
-Every step is the offline path of docs/training/specforge.md, run on the bundled tiny model
-(tests/fixtures/models/tiny-kimi, 2 decoder layers, vocabulary 2,048) and printed as the command it is:
+Every step is the offline path of docs/training/specforge.md, run on the bundled 4-layer tiny model
+(tests/fixtures/models/tiny-kimi-4l, vocabulary 2,048: SpecForge's drafter takes three of the target's
+layers and SGLang captures only layers below the last, which tiny-kimi's two layers cannot give) and
+printed as the command it is:
 
 1. `eagle3-synth build` each config from its bundled sample prompts, several sampled rollouts per
    prompt, with `--validation N` (a count, default 1) for each config with two or more bundled
    prompts: whole conversations held out as a `validation` split;
 2. `eagle3-synth vocab` over the mix (SpecForge's `.pt` d2t/t2d mapping);
 3. `eagle3-synth hidden-states ... --format specforge` for the train split and, into a folder of its
-   own, the validation split (`--layers 0 1 2`: the tiny model has 2 layers, as in examples/train_demo.py);
-4. the draft config SpecForge itself derives from the target, with our draft vocabulary size
-   (`examples/specforge_cpu.py draft-config`), and a run.yaml in SpecForge's schema;
+   own, the validation split (`--layers 1 2 3`, vLLM's numbering: the outputs of layers 0, 1 and 2,
+   which SGLang can capture; `model.aux_hidden_state_layer_ids: [0, 1, 2]` in SpecForge's and
+   SGLang's own numbering);
+4. the draft config SpecForge itself derives from the target, with our draft vocabulary size and
+   those layer ids (`examples/specforge_cpu.py draft-config`), and a run.yaml in SpecForge's schema;
 5. `specforge train --config run.yaml` through examples/specforge_cpu.py (SpecForge's CLI with its
    triton loss stood in for by plain torch), evaluating on the validation folder at the end of
-   every epoch (`training.eval_interval` = the optimizer steps of one epoch).
+   every epoch (`training.eval_interval` = the optimizer steps of one epoch);
+6. `specforge export --to sglang` (SpecForge's own exporter, `export/to_sglang.py`), then
+   `eagle3-synth evaluate` on the held-out rows with the SGLang venv's interpreter (`make
+   sglang-venv`): the drafter served by SGLang's EAGLE-3 speculative decoding, greedy, as many draft
+   steps as the trained `ttt_length`, printed beside SpecForge's own `simulated_acc_len`.
 
 SpecForge logs a `step N: {...}` line per optimizer step and per evaluation
 (`training/assembly.py:282-291`); they are kept as JSON lines (logs/metrics.jsonl) and printed per
@@ -36,13 +44,16 @@ import sys
 import time
 from pathlib import Path
 
-from examples.train_demo import MODEL, ROOT, bundled_conversations, logged, ours, show  # the same eagle3-synth steps
+from examples.train_demo import ROOT, bundled_conversations, logged, ours, served, show  # the same eagle3-synth steps
 
 CPU_MAIN = "examples.specforge_cpu"  # run as `python -m`, as this demo is
-# SpecForge's EAGLE-3 drafter takes exactly three layers (modeling/draft/llama3_eagle.py:1674-1676);
-# the tiny model's 2 layers give 0, 1 and the last layer's output, 2, which SGLang cannot capture,
-# so this drafter is not served (train_demo.py's two-layer speculators drafter is).
-LAYERS = ("0", "1", "2")
+MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi-4l"
+# SpecForge's EAGLE-3 drafter takes exactly three layers (modeling/draft/llama3_eagle.py:1674-1676).
+# SGLang captures the inputs of decoder layers 0..n-1 (engines/sglang/aux_layers.py): on 4 layers,
+# the outputs of layers 0, 1, 2 are vLLM's 1, 2, 3 (what hidden-states takes) and SpecForge's and
+# SGLang's 0, 1, 2 (what the drafter's config names; SGLang's llama.py adds one).
+LAYERS = ("1", "2", "3")
+DRAFT_LAYER_IDS = (0, 1, 2)
 STEP_LINE = re.compile(r"^step (\d+): (\{.*\})$")
 
 
@@ -67,6 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, help="training.max_steps: stop after this many optimizer steps")
     parser.add_argument("--specforge-python", type=Path, default=ROOT / ".venv-specforge" / "bin" / "python",
                         help="the interpreter SpecForge 0.2.0 is installed for (make specforge-venv)")
+    parser.add_argument("--sglang-python", type=Path, default=ROOT / ".venv-sglang" / "bin" / "python",
+                        help="the interpreter SGLang 0.5.23 and this package are installed for (make sglang-venv); "
+                             "without it the served acceptance is skipped")
     return parser.parse_args(argv)
 
 
@@ -84,6 +98,8 @@ def run_yaml(*, target: Path, draft: Path | None, vocab: Path, train: Path, vali
     lines = [
         "model:",
         f"  target_model_path: {target}   # :38; the lm_head folder hidden-states wrote (tied embeddings)",
+        f"  aux_hidden_state_layer_ids: [{', '.join(map(str, DRAFT_LAYER_IDS))}]   # :72; the layers hidden-states "
+        f"captured (--layers {' '.join(LAYERS)}), into the draft config",
         *([f"  draft_model_config: {draft}   # :42; draft_vocab_size ours, not the derived 32000"] if draft else []),
         f"  vocab_mapping_path: {vocab}   # :68",
         "data:",
@@ -186,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
           f"validation rows, {time.perf_counter() - started:.0f} s in all; checkpoints in {run / 'out'}):")
     for line in lines:
         print(line)
+    sglang_draft = run / "sglang-draft"
+    theirs(python, ["export", "--to", "sglang", "--checkpoint", str(run / "out"), "--draft-config", str(run / "draft.json"),
+                    "--output-dir", str(sglang_draft), "--vocab-mapping", str(common["vocab"])], logs / "export.log")
+    served(args.sglang_python, ds, held_out, sglang_draft, logs, who="specforge_demo", steps=args.ttt_length)
     return 0
 
 

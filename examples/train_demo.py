@@ -204,20 +204,22 @@ def saved_drafter(folder: Path) -> Path:
     return checkpoints[-1]
 
 
-def served(python: Path, ds: Path, configs: list[str], drafter: Path, logs: Path) -> None:
+def served(python: Path, ds: Path, configs: list[str], drafter: Path, logs: Path, who: str = "train_demo",
+           steps: int = 3) -> None:
     """`eagle3-synth evaluate` on the held-out rows, in the SGLang venv (SGLang's in-process Engine on
-    the CPU, bf16, greedy): the acceptance length SGLang's speculative decoder serves."""
+    the CPU, bf16, greedy): the acceptance length SGLang's speculative decoder serves, `steps` draft
+    steps in a chain (what the drafter was trained to unroll)."""
     if not python.is_file():
         print(f"\nserved acceptance: skipped ({python} is missing: create it with `make sglang-venv`)")
         return
     report = logs / "evaluate.json"
-    # 3 draft steps, one branch: the chain speculators trained (full_acc_k, k = 1..3) and validated.
+    # One branch: the chain the trainer unrolled (speculators: full_acc_k, k = 1..3) and validated.
     argv = ["evaluate", str(ds), *configs, "--drafter", str(drafter), "--split", "validation", "--temperature", "0",
-            "--num-steps", "3", "--eagle-topk", "1", "--num-draft-tokens", "4",
+            "--num-steps", str(steps), "--eagle-topk", "1", "--num-draft-tokens", str(steps + 1),
             "--dtype", "bfloat16", "--engine-arg", "device=cpu", "--engine-arg", "mem_fraction_static=0.1",
             "--report", str(report), "--overwrite"]
     show(argv)
-    logged([str(python.parent / "eagle3-synth"), *argv], logs / "evaluate.log", "train_demo: `eagle3-synth evaluate`")
+    logged([str(python.parent / "eagle3-synth"), *argv], logs / "evaluate.log", f"{who}: `eagle3-synth evaluate`")
     result = json.loads(report.read_text(encoding="utf-8"))
     overall, greedy = result["overall"], result["greedy"]["baseline"]
     positions = " / ".join(f"{p:.3f}" for p in overall["per_position"])
@@ -228,6 +230,8 @@ def served(python: Path, ds: Path, configs: list[str], drafter: Path, logs: Path
     print(f"  acceptance length {overall['acceptance_length']:.3f} (1 + drafts accepted per verify step), "
           f"per position {positions}; {greedy['checked'] - greedy['unequal']} of {greedy['checked']} outputs equal "
           "to the target's without speculation")
+    if greedy["unequal"]:  # each a bug or a near-tie in bf16: where it first differs, to look at
+        print(f"  unequal: {', '.join(greedy['unequal_rows'])}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """`make specforge-train-demo`'s path, small: SpecForge 0.2.0's own offline training loop trains an
 EAGLE-3 drafter on the CPU from what this package writes (draft vocabulary, `.ckpt` hidden states of
-the train split, and of the validation split for SpecForge's evaluation).
+the train split, and of the validation split for SpecForge's evaluation), on the 4-layer tiny target;
+then SpecForge's own SGLang export is served by the real SGLang 0.5.23's EAGLE-3 on the held-out rows.
 
-Needs SpecForge's virtual environment (`make specforge-venv`; .ci/run creates it). Without it the
-test skips, naming why, except where EAGLE3_SYNTH_REQUIRE_SPECFORGE=1 (CI): there a missing
-environment fails (tests/support/trainer_venvs.py).
+Needs SpecForge's and SGLang's virtual environments (`make specforge-venv sglang-venv`; .ci/run creates
+them). Without one the test skips, naming why, except where EAGLE3_SYNTH_REQUIRE_SPECFORGE=1 and
+EAGLE3_SYNTH_REQUIRE_SGLANG=1 (CI): there a missing environment fails (tests/support/trainer_venvs.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ..support.modules import root_on_path
-from ..support.trainer_venvs import SPECFORGE, trainer_python
+from ..support.trainer_venvs import SGLANG, SPECFORGE, trainer_python
 
 EPOCHS = 2
 
@@ -34,7 +35,7 @@ def test_specforge_trains_an_eagle3_drafter_on_our_hidden_states(specforge_pytho
     argv = [sys.executable, "-m", "examples.specforge_demo", "--out", str(out),
             "--configs", "B2_hermes_fc", "--samples-per-prompt", "2", "--max-new-tokens", "24",
             "--validation", "0.4", "--draft-vocab-size", "128", "--epochs", str(EPOCHS), "--ttt-length", "2",
-            "--specforge-python", str(specforge_python)]
+            "--specforge-python", str(specforge_python), "--sglang-python", str(trainer_python(SGLANG))]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=root_on_path(), check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
@@ -62,3 +63,20 @@ def test_specforge_trains_an_eagle3_drafter_on_our_hidden_states(specforge_pytho
     assert (draft["draft_vocab_size"], draft["vocab_size"], draft["hidden_size"]) == (128, 2048, 128)
     assert draft["architectures"] == ["LlamaForCausalLMEagle3"]
     assert (out / "run" / "out" / "specforge-run-best").exists()
+    # It names the layers it was trained on, in SpecForge's and SGLang's numbering (vLLM's 1 2 3).
+    assert draft["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+
+    # Served: SpecForge's own SGLang export, served by SGLang's EAGLE-3 on the held-out rows, 2 draft
+    # steps (the trained ttt_length), greedy, every output checked against SGLang's without speculation.
+    # On this 4-layer target in bf16 a held-out prompt can meet two logits that bf16 rounds equal
+    # (measured: 7.1875 and 7.1875, 7.1938 and 7.1805 in float32), where verification and plain decoding
+    # may pick different ids; such a row is counted and named with the position it first differs at.
+    report = json.loads((out / "logs" / "evaluate.json").read_text())
+    assert report["split"] == "validation" and report["overall"]["rows"] == validation_rows
+    assert report["settings"]["speculative_num_steps"] == 2, report["settings"]
+    assert report["overall"]["acceptance_length"] >= 1.0, report["overall"]
+    baseline = report["greedy"]["baseline"]
+    assert baseline["checked"] == validation_rows, baseline
+    assert len(baseline["unequal_rows"]) == baseline["unequal"], baseline
+    assert all("(output token " in row for row in baseline["unequal_rows"]), baseline
+    assert "Served by SGLang's EAGLE-3 on the held-out rows" in done.stdout
