@@ -32,6 +32,13 @@ is exactly the held-out rows; the validation set keeps one packing for every see
 the same validation pass. Expected acceptance length of a K-step chain drafter:
 tau = 1 + sum_k full_acc_k (the accepted draft tokens, plus the target's bonus token).
 
+Served (`eagle3-synth evaluate`, the SGLang venv's interpreter, `--sglang-python`): every drafter
+of every condition and seed is served by SGLang 0.5.23's own EAGLE-3 speculative decoding (in
+process, CPU, bf16, 3 draft steps in a chain) on the prompts of the held-out on-policy rows, greedy
+(SGLang's CPU backend verifies greedy only): the acceptance length SGLang counts, 1 + drafts
+accepted per verify step. The drafters are trained as the train demo's, on layers 0 1 with
+`--no-norm-before-residual`, the layers and the drafter layer SGLang serves.
+
     .venv/bin/python -m benchmarks.bench_onpolicy --speculators-python .venv-speculators/bin/python   # ~20 min on 2 CPUs
 """
 
@@ -39,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import shutil
@@ -50,11 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from examples.train_demo import CPU_FLAGS, MODEL, ROOT, ours, theirs, validation_epochs
-
-# The layers the table in benchmarks/README.md was measured with (the train demo's before it served its drafter
-# with SGLang, which cannot capture layer 2 of the 2-layer tiny model: docs/training/evaluate.md).
-LAYERS = ("0", "1", "2")
+from examples.train_demo import CPU_FLAGS, LAYERS, MODEL, ROOT, logged, ours, saved_drafter, theirs, validation_epochs
 
 CONFIG = "B3_ultrachat"
 CONDITIONS = ("offpolicy", "last", "all")
@@ -204,6 +206,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--draft-vocab-size", type=int, default=2048,
                         help="default: the whole vocabulary, so no condition loses positions to its vocabulary")
     parser.add_argument("--speculators-python", type=Path, default=ROOT / ".venv-speculators" / "bin" / "python")
+    parser.add_argument("--sglang-python", type=Path, default=ROOT / ".venv-sglang" / "bin" / "python",
+                        help="SGLang 0.5.23's venv (make sglang-venv): serves every drafter; missing: no served column")
     return parser.parse_args(argv)
 
 
@@ -262,12 +266,28 @@ def speculators_train(args: argparse.Namespace, data: Path, ratio: float, seed: 
             "--target-layer-ids", *LAYERS, "--on-missing", "raise", "--draft-vocab-size", str(size),
             "--d2t-path", str(vocab / f"d2t-{size}.npy"), "--t2d-path", str(vocab / f"t2d-{size}.npy"),
             "--total-seq-len", str(args.total_seq_len), "--train-data-ratio", repr(ratio), "--seed", str(seed),
-            *extra, *CPU_FLAGS, "--save-path", str(save), "--log-dir", str(logs), "--no-resume-from-checkpoint"],
+            *extra, *CPU_FLAGS, "--no-norm-before-residual",
+            "--save-path", str(save), "--log-dir", str(logs), "--no-resume-from-checkpoint"],
            logs / f"{name}.log", env={"SPECULATORS_METRICS_JSONL": str(metrics)}, cpu_patched=True)
     epochs = validation_epochs(metrics)
     if not epochs:
         raise SystemExit(f"bench_onpolicy: {name}: the trainer logged no validation metrics ({logs / (name + '.log')})")
     return epochs[-1]
+
+
+def served_acceptance(python: Path, ds: Path, drafter: Path, report: Path, log: Path, baseline: bool) -> dict[str, Any]:
+    """`eagle3-synth evaluate` of one drafter on the held-out on-policy rows (greedy, 3 steps in a
+    chain, as trained): SGLang's acceptance length and per-position acceptance, and whether every
+    output equals the target's own (with `baseline`: SGLang without speculation)."""
+    argv = ["evaluate", str(ds), CONFIG, "--drafter", str(drafter), "--split", "validation", "--temperature", "0",
+            "--num-steps", "3", "--eagle-topk", "1", "--num-draft-tokens", "4", "--dtype", "bfloat16",
+            "--engine-arg", "device=cpu", "--engine-arg", "mem_fraction_static=0.1", "--report", str(report), "--overwrite",
+            *([] if baseline else ["--no-baseline"])]
+    logged([str(python.parent / "eagle3-synth"), *argv], log, "bench_onpolicy: `eagle3-synth evaluate`")
+    result = json.loads(report.read_text(encoding="utf-8"))
+    overall = result["overall"]
+    return {"acceptance_length": overall["acceptance_length"], "per_position": overall["per_position"],
+            "rows": overall["rows"], "greedy": result["greedy"]}
 
 
 def accuracies(val: dict[str, float]) -> list[float]:
@@ -282,12 +302,18 @@ def summary(runs: list[list[float]]) -> dict[str, Any]:
             "max": [max(c) for c in columns], "std": [statistics.pstdev(c) for c in columns]}
 
 
+def spread(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
 def table(results: dict[str, Any]) -> str:
     k = len(next(iter(results["eval"].values()))["mean"]) - 1
-    lines = ["| condition | train rows | " + " | ".join(f"full_acc_{i}" for i in range(k)) + " | tau = 1 + sum |",
-             "|---|---|" + "---|" * (k + 1)]
+    lines = ["| condition | train rows | " + " | ".join(f"full_acc_{i}" for i in range(k)) + " | tau = 1 + sum | served acceptance length |",
+             "|---|---|" + "---|" * (k + 2)]
     for name, s in results["eval"].items():
         cells = [f"{m:.3f} ({lo:.3f}-{hi:.3f})" for m, lo, hi in zip(s["mean"], s["min"], s["max"])]
+        served = s.get("served")
+        cells.append(spread([r["acceptance_length"] for r in served]) if served else "-")
         lines.append(f"| {name} | {s['rows']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -390,6 +416,23 @@ def main(argv: list[str] | None = None) -> int:
     runs["offpolicy on its own held-out rows"] = [evaluate("offpolicy", s, "offpolicy_own") for s in args.seeds]
     route_check = {"in training": runs["all"][0], "from the checkpoint": evaluate("all", args.seeds[0], "all")}
     clock["evaluations"] = time.perf_counter() - t_eval
+
+    # 6. Served: each drafter by SGLang's EAGLE-3 on the held-out on-policy rows' prompts (greedy);
+    # SGLang without speculation once, as the reference every output is checked against.
+    served: dict[str, list[dict[str, Any]]] = {}
+    t_served = time.perf_counter()
+    if args.sglang_python.is_file():
+        (out / "served").mkdir(exist_ok=True)
+        for seed in args.seeds:
+            for name in CONDITIONS:
+                result = served_acceptance(args.sglang_python, out / "ds_all", saved_drafter(drafters / f"{name}-{seed}"),
+                                           out / "served" / f"{name}-{seed}.json", logs / f"served-{name}-{seed}.log",
+                                           baseline=not served)
+                served.setdefault(name, []).append(result)
+                print(f"  {name} seed {seed}: served acceptance length {result['acceptance_length']:.3f}", flush=True)
+    else:
+        print(f"bench_onpolicy: {args.sglang_python} is missing (make sglang-venv): no served column", flush=True)
+    clock["served"] = time.perf_counter() - t_served
     clock["all"] = time.perf_counter() - started
 
     names = {"offpolicy": "(a) off-policy", "last": "(b) on-policy, --turns last", "all": "(c) on-policy, --turns all",
@@ -397,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"budget": budget, "budgets": budgets, "steps": args.steps, "seeds": args.seeds, "plans": plans,
                "held_out_rows": {"onpolicy": split["all"][0], "offpolicy": split["offpolicy_own"][0]},
                "runs": runs, "route_check": route_check, "seconds": clock,
-               "eval": {names[n]: {**summary(r), "rows": budgets["offpolicy" if n.startswith("offpolicy") else n]["rows"]}
+               "eval": {names[n]: {**summary(r), "rows": budgets["offpolicy" if n.startswith("offpolicy") else n]["rows"],
+                                   "served": served.get(n, [])}
                         for n, r in runs.items()}}
     (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print(f"\n{table(results)}\n\nsupervised tokens per condition: {budget}; {args.steps} steps; seeds {args.seeds}; "

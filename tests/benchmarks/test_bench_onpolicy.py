@@ -130,3 +130,13 @@ def test_the_benchmark_runs_end_to_end_small(tmp_path):
     for accuracies in (run for runs in results["runs"].values() for run in runs):
         assert len(accuracies) == 3 and all(0.0 <= a <= 1.0 for a in accuracies)
     assert results["route_check"]["in training"] == results["route_check"]["from the checkpoint"]
+
+
+def test_the_table_shows_the_served_acceptance_beside_the_trainer_metric(bench):
+    summary = {**bench.summary([[0.5, 0.25, 0.0], [0.3, 0.05, 0.0]]), "rows": 7}
+    served = [{"acceptance_length": 1.2}, {"acceptance_length": 1.5}]
+    table = bench.table({"eval": {"(c)": {**summary, "served": served}, "(a) own": {**summary, "served": []}}})
+    header, _, with_served, without = table.splitlines()
+    assert header.endswith("| tau = 1 + sum | served acceptance length |")
+    assert with_served == "| (c) | 7 | 0.400 (0.300-0.500) | 0.150 (0.050-0.250) | 0.000 (0.000-0.000) | 1.550 (1.350-1.750) | 1.350 (1.200-1.500) |"
+    assert without.endswith("| 1.550 (1.350-1.750) | - |")
