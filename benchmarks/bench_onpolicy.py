@@ -39,7 +39,8 @@ process, CPU, bf16, 3 draft steps in a chain) on the prompts of the held-out on-
 accepted per verify step. The drafters are trained as the train demo's, on layers 0 1 with
 `--no-norm-before-residual`, the layers and the drafter layer SGLang serves.
 
-    .venv/bin/python -m benchmarks.bench_onpolicy --speculators-python .venv-speculators/bin/python   # ~20 min on 2 CPUs
+    .venv/bin/python -m benchmarks.bench_onpolicy --speculators-python .venv-speculators/bin/python \
+        --sglang-python .venv-sglang/bin/python   # ~27 min on 2 CPUs
 """
 
 from __future__ import annotations
