@@ -29,6 +29,29 @@ def fresh_datasets_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf_datasets_cache"))
 
 
+# SGLang's CPU kernels create one shared-memory segment per engine on an AMX CPU (sglang-kernel's
+# csrc/cpu/shm.cpp:157-176, `deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, up to 258 MiB,
+# started by srt/distributed/bootstrap.py:277-296) and never unlink it: every engine a test starts
+# would stay in /dev/shm, in memory, until the machine filled (seen: 19 GB after a suite and two
+# benchmarks, and a real server too slow to start). Each test removes the segments that appeared
+# while it ran. An engine that outlives its test (a module-scoped one) keeps its mapping: it is
+# single-rank, so no peer opens the name later.
+SHM = Path("/dev/shm")
+SGLANG_SHM_PREFIX = f"deepspeed_allreduce_buffer_{os.getuid()}_"
+
+
+def sglang_shm_segments() -> set[Path]:
+    return set(SHM.glob(SGLANG_SHM_PREFIX + "*")) if SHM.is_dir() else set()
+
+
+@pytest.fixture(autouse=True)
+def no_sglang_shm_left():
+    before = sglang_shm_segments()
+    yield
+    for segment in sglang_shm_segments() - before:
+        segment.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def kimi_tokenizer():
     from transformers import AutoTokenizer
