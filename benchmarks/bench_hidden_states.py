@@ -25,7 +25,7 @@ import torch
 from eagle3_synth.train.hidden_states.layers import model_parts
 from eagle3_synth.train.hidden_states.layouts import LAYOUTS, Item
 from eagle3_synth.train.hidden_states.compute import (HiddenStatesOptions, FilePlan, batches_by_length, load_model, padded_batch,
-                                              write_states)
+                                                      transformers_states, write_states)
 
 TINY = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models" / "tiny-kimi"
 LAYERS = [0, 1, 2]
@@ -59,7 +59,7 @@ def layout_run(model, items: list[Item], fmt: str, options: HiddenStatesOptions)
         layout = LAYOUTS[fmt](folder)
         plan = FilePlan(items=items, pending=items, layers=LAYERS, hidden_size=128, bytes_per_token=0, counts=None)
         start = time.perf_counter()
-        write_states(model, plan, layout, options, progress=False)
+        write_states(transformers_states(model, plan, options), plan, layout, progress=False)
         elapsed = time.perf_counter() - start
         size = sum(p.stat().st_size for p in layout.folder.iterdir())
         return elapsed, size

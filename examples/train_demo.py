@@ -74,6 +74,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="build --validation: conversations held out per config, evaluated served")
     parser.add_argument("--speculators-python", type=Path, default=ROOT / ".venv-speculators" / "bin" / "python",
                         help="the interpreter speculators 0.9.0 is installed for (make speculators-venv)")
+    parser.add_argument("--layers", nargs="+", default=list(LAYERS), metavar="ID",
+                        help=f"vLLM ids of the aux layers (default {' '.join(LAYERS)}; with --hidden-states-engine "
+                        "sglang: 1 2, as SGLang cannot capture the embeddings)")
+    parser.add_argument("--hidden-states-engine", choices=("transformers", "sglang"), default="transformers",
+                        help="who computes the hidden states: transformers (default) or SGLang in its venv "
+                        "(`hidden-states --engine sglang`, bf16)")
+    parser.add_argument("--states-dtype", default="float32", help="hidden-states --dtype with transformers (default "
+                        "float32; SGLang on a CPU runs bfloat16 only)")
+    parser.add_argument("--seed", type=int, help="speculators train --seed")
     parser.add_argument("--sglang-python", type=Path, default=ROOT / ".venv-sglang" / "bin" / "python",
                         help="the interpreter SGLang 0.5.23 and this package are installed for (make sglang-venv); "
                              "served evaluation is skipped, said, where it is missing")
@@ -167,15 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     model_config = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
     theirs(python, ["prepare-data", "--model", str(MODEL), *[a for f in exports for a in ("--data", str(f))],
                     "--output", str(prepared), "--seq-length", "2048"], out / "logs" / "prepare-data.log")
-    ours(["hidden-states", ds, *args.configs, "--format", "speculators", "--prepared", prepared, "--model", MODEL,
-          "--layers", *LAYERS, "--dtype", "float32", "--no-progress"])
+    states = ["hidden-states", ds, *args.configs, "--format", "speculators", "--prepared", prepared, "--model", MODEL,
+              "--layers", *args.layers, "--no-progress"]
+    if args.hidden_states_engine == "sglang":
+        states += ["--engine", "sglang", "--dtype", "bfloat16", "--engine-arg", "device=cpu",
+                   "--engine-arg", "mem_fraction_static=0.1"]
+        show(states)
+        logged([str(args.sglang_python.parent / "eagle3-synth"), *map(str, states)], out / "logs" / "hidden-states.log",
+               "train_demo: `eagle3-synth hidden-states --engine sglang`")
+    else:
+        ours([*states, "--dtype", args.states_dtype])
 
     mapping = vocab / f"speculators-{model_config['vocab_size']}-{args.draft_vocab_size}"
     metrics = out / "logs" / "metrics.jsonl"
     metrics.unlink(missing_ok=True)
     steps = ["--max-steps", str(args.max_steps)] if args.max_steps else []
     theirs(python, ["train", "--verifier-name-or-path", str(MODEL), "--data-path", str(prepared),
-                    "--speculator-type", "eagle3", "--target-layer-ids", *LAYERS, "--on-missing", "raise",
+                    "--speculator-type", "eagle3", "--target-layer-ids", *args.layers, "--on-missing", "raise",
+                    *(["--seed", str(args.seed)] if args.seed is not None else []),
                     "--draft-vocab-size", str(args.draft_vocab_size),
                     "--d2t-path", str(mapping / f"d2t-{args.draft_vocab_size}.npy"),
                     "--t2d-path", str(mapping / f"t2d-{args.draft_vocab_size}.npy"),
@@ -191,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
           f"in all; checkpoints in {drafter}):")
     for line in accuracy_lines(epochs):
         print(line)
-    if held_out:
+    if held_out and str(model_config["num_hidden_layers"]) in args.layers:
+        print(f"\nserved acceptance: skipped (layer {model_config['num_hidden_layers']}, the last layer's output, is not "
+              "one SGLang's EAGLE-3 can hand a drafter: engines/sglang/aux_layers.py)")
+    elif held_out:
         served(args.sglang_python, ds, held_out, saved_drafter(drafter), out / "logs")
     return 0
 

@@ -1,8 +1,10 @@
 """`eagle3-synth hidden-states DIR CONFIG... --format speculators --prepared PREP | --format specforge --out OUT`.
 
 The target model's hidden states for the rows `export --format ids` writes (same --train-on,
---max-length, --overlong), computed with transformers on any device and written as each trainer
-reads them:
+--max-length, --overlong), computed with transformers on any device (default) or by SGLang
+(--engine sglang in this process, --engine sglang-http against servers started with the flags
+--dry-run prints: one prefill per row, the states written by SGLang's forward hooks into
+--states-dir), and written as each trainer reads them:
 
   speculators  PREP/hidden_states/hs_<i>.safetensors, i the row of the dataset speculators'
                `prepare-data --output PREP` saved from our export (it shuffles; rows are matched by
@@ -34,10 +36,11 @@ from eagle3_synth.run.shards import Shard
 from eagle3_synth.train.export import OVERLONG
 from eagle3_synth.train.hidden_states.layers import DRAFTERS
 from eagle3_synth.train.hidden_states.layouts import LAYOUTS
-from eagle3_synth.train.hidden_states.compute import DTYPES, HiddenStatesOptions
+from eagle3_synth.train.hidden_states.compute import DTYPES, ENGINES, STAGING, STATES_VIA, HiddenStatesOptions
 from eagle3_synth.train.hidden_states.job import run_job, target_model
 from eagle3_synth.train.loss_mask import TRAIN_ON
 from eagle3_synth.cli.data_options import add_source_argument, open_from_args, resolve_configs
+from eagle3_synth.cli.options import parse_key_value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,6 +62,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     rows.add_argument("--min-loss-tokens", type=int, default=0, metavar="N",
                       help="leave out rows with fewer than N tokens under the loss mask (block drafters: see docs/data.md)")
     compute = parser.add_argument_group("compute")
+    compute.add_argument("--engine", choices=ENGINES, default="transformers",
+                         help="who computes the states: transformers (default, here), sglang (SGLang's Engine in this "
+                         "process) or sglang-http (servers started with the flags --dry-run prints)")
+    compute.add_argument("--url", action="append", default=[], help="sglang-http: a server's URL (repeatable)")
+    compute.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+                         help="sglang: an SGLang server argument (repeatable), e.g. tp_size=8 or device=cpu")
+    compute.add_argument("--states-via", choices=STATES_VIA, default="files",
+                         help="sglang: files SGLang's hook writes into --states-dir (default), or response (the states "
+                         "as lists in SGLang's result, several times slower); sglang-http: the servers' --forward-hooks "
+                         "decide, these shape the flags --dry-run prints (files: this machine must see the folder)")
+    compute.add_argument("--states-dir", type=Path, metavar="DIR",
+                         help=f"where SGLang writes each row's states (default: {STAGING} in the output folder)")
+    compute.add_argument("--max-in-flight", type=int, default=HiddenStatesOptions.max_in_flight, metavar="N",
+                         help="sglang engines: rows in flight at once (default %(default)s)")
     compute.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     compute.add_argument("--device-map", metavar="MAP", help="e.g. auto: spread a model larger than one GPU (accelerate)")
     compute.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="model and stored dtype (default bfloat16; "
@@ -94,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
         layers=tuple(args.layers) if args.layers else None, train_on=args.train_on,
         max_length=args.max_length, overlong=args.overlong, min_loss_tokens=args.min_loss_tokens, device=args.device,
         device_map=args.device_map, dtype=args.dtype, batch_tokens=args.batch_tokens,
-        shard=Shard(args.shard_index, args.num_shards), trust_remote_code=args.trust_remote_code, split=args.split)
+        shard=Shard(args.shard_index, args.num_shards), trust_remote_code=args.trust_remote_code, split=args.split,
+        engine=args.engine, urls=tuple(args.url), max_in_flight=args.max_in_flight, states_via=args.states_via,
+        states_dir=args.states_dir,
+        engine_args=dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg))
     ok = run_job(source, options, dry_run=args.dry_run, max_bytes=args.max_bytes, check=args.check,
                  progress=False if args.no_progress else None)
     return DONE if ok else PROBLEMS

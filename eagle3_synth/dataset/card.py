@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from datasets import DatasetInfo, Features
@@ -128,6 +129,13 @@ def _configs_table(configs: Sequence[str], num_rows: Mapping[str, int],
         lines.append(f"| `{name}` | {samples} | {source} | {facts.get('pattern') or '-'} "
                      f"| {facts.get('license') or 'unknown'} |")
     return "\n".join(lines)
+
+
+def display_name(location: str | None) -> str | None:
+    """A model/tokenizer as people should read it: a local folder by its name, a Hub id as is."""
+    if not location:
+        return location
+    return Path(location).name if Path(location).is_dir() else location
 
 
 def _json_cell(value: Any) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from eagle3_synth.files import write_text_whole
 from eagle3_synth.timestamps import utc_timestamp
-from eagle3_synth.dataset.card import config_data_files, render_card
+from eagle3_synth.dataset.card import config_data_files, display_name, render_card
 from eagle3_synth.dataset.folder_lock import folder_lock
 from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_rows
 from eagle3_synth.prompts.held_out import SPLITS
@@ -72,13 +72,6 @@ def config_files(folder: Path, config: str, split: str = "train") -> list[Path]:
 
 
 # -- provenance --------------------------------------------------------------------------------------
-def display_name(location: str | None) -> str | None:
-    """A model/tokenizer as people should read it: a local folder by its name, a Hub id as is."""
-    if not location:
-        return location
-    return Path(location).name if Path(location).is_dir() else location
-
-
 def _sessions(run: Any) -> list[dict[str, Any]]:
     """The header (first line) of every journal file: which session wrote it and when it started."""
     headers = []

@@ -169,3 +169,13 @@ def test_a_config_from_a_users_config_file_gets_an_unknown_license():
     assert card.data.to_dict()["license"] == "unknown"
     assert "| `MY_support_chats` | 3 | - | - | unknown |" in card.text
     assert "| `MY_support_chats` | not recorded |" in card.text
+
+
+def test_a_run_info_without_display_names_shows_the_model_folder_by_name(tmp_path):
+    # Run info written before the `display` block existed: the card names the folders itself.
+    from eagle3_synth.dataset.card import _generation_table
+
+    model = tmp_path / "Qwen3-8B"
+    model.mkdir()
+    table = _generation_table(["B1_glaive"], {"B1_glaive": {"meta": {"model": str(model), "tokenizer": "org/tok"}}})
+    assert "| `B1_glaive` | Qwen3-8B | org/tok |" in table

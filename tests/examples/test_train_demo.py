@@ -76,3 +76,23 @@ def test_speculators_trains_an_eagle3_drafter_on_our_data_and_sglang_serves_it(s
     baseline = report["greedy"]["baseline"]
     assert baseline["checked"] == report["overall"]["rows"] and baseline["unequal"] == 0, baseline
     assert "Served by SGLang's EAGLE-3 on the held-out rows" in done.stdout
+
+
+@pytest.mark.slow
+def test_speculators_trains_on_states_sglang_captured(speculators_python, tmp_path):
+    """The same path with the states captured by the real SGLang (`hidden-states --engine sglang`):
+    layers 1 2 (the aux layer SGLang captures and the final pre-norm state), nothing held out or served
+    (SGLang's EAGLE-3 cannot hand a drafter the last layer's output)."""
+    out = tmp_path / "demo"
+    argv = [sys.executable, "-m", "examples.train_demo", "--out", str(out), "--configs", "B1_glaive",
+            "--samples-per-prompt", "4", "--max-new-tokens", "24", "--draft-vocab-size", "128", "--epochs", "1",
+            "--total-seq-len", "512", "--validation", "0", "--layers", "1", "2", "--hidden-states-engine", "sglang",
+            "--speculators-python", str(speculators_python), "--sglang-python", str(trainer_python(SGLANG))]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=root_on_path(), check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "--engine sglang" in done.stdout and "epoch 1: validation full_acc " in done.stdout
+    records = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if isinstance(r.get("train"), dict)]
+    assert steps and all(r["train"]["error_records"] == 0 and math.isfinite(r["train"]["loss"]) for r in steps)
+    config = json.loads(next((out / "drafter").glob("*/config.json")).read_text())
+    assert config["eagle_aux_hidden_state_layer_ids"] == [1, 2]

@@ -9,7 +9,8 @@
   (e.g. 503 "The request queue is full.") are retried first (retry.py). Every result is checked
   (result_checks.py).
 - `close()` shuts the engine down without SGLang's kill of every child of this process, and the
-  caller's SIGTERM handler stays in charge (processes.py).
+  caller's SIGTERM handler stays in charge, then removes the shared-memory segments its processes
+  had mapped, which SGLang's CPU all-reduce leaves behind (processes.py).
 - An engine that dies (a scheduler exception, a killed child) ends the run with `EngineDied`
   (exit 75, resumable) naming the process and the engine's last log lines, instead of SGLang's
   SIGQUIT handler killing this process with it (processes.py, stderr_tail.py).
@@ -30,16 +31,18 @@ import os
 import sys
 from typing import Any
 
-from eagle3_synth.errors import ConfigError, EngineDied, TransientEngineError
+from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
 from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy
 from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
 from eagle3_synth.engines.sglang.processes import (bind_loop_keep_sigterm, callers_sigterm, exited, guarded_shutdown, kill_trees,
-                                                  launch_died, on_sigquit, owned_children, process_names)
+                                                  launch_died, mapped_shm_segments, on_sigquit, owned_children, process_names,
+                                                  unlink_segments)
 from eagle3_synth.engines.sglang.stderr_tail import StderrTail
-from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, is_transient_status, result_with_retries,
-                                                  sent_priority, sglang_sampling_params)
+from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, is_transient_status,
+                                                  prefill_hidden_states, result_with_retries, sent_priority,
+                                                  sglang_sampling_params)
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 
@@ -141,6 +144,15 @@ class SGLangEngine(WindowedEngine):
         sampling = sglang_sampling_params(params)
         return await result_with_retries(request, lambda attempt: self._attempt(request, params, sampling, attempt), self.retry)
 
+    async def _prefill_one(self, ids: list[int], sampling: dict[str, Any], rid: str | None) -> Any:
+        try:
+            response = await self.engine.async_generate(input_ids=list(ids), sampling_params=dict(sampling),
+                                                        return_hidden_states=rid is None, rid=rid)
+        except Exception as exc:
+            raise EngineError(f"{SOURCE}: a prefill of {len(ids)} tokens failed: {type(exc).__name__}: "
+                              f"{getattr(exc, 'detail', None) or exc}") from exc
+        return prefill_hidden_states(response, SOURCE, rid)
+
     def on_death(self) -> None:
         """SIGQUIT from the engine's processes (processes.py): end the run with `EngineDied`."""
         watchdog = getattr(getattr(self.engine, "tokenizer_manager", None), "_subprocess_watchdog", None)
@@ -164,10 +176,12 @@ class SGLangEngine(WindowedEngine):
             return
         self._closed = True
         atexit.unregister(self.close)
+        segments = mapped_shm_segments(self.owned_pids)  # read while the processes live
         if self.died is not None:
             kill_trees(self.owned_pids)  # nothing left to shut down in order; shutdown() would wait on it
         else:
             guarded_shutdown(self.engine, self.owned_pids)
+        unlink_segments(segments)
         if self._stderr is not None:
             self._stderr.close()
         if self._loop is not getattr(self.engine, "loop", None):

@@ -49,8 +49,9 @@ from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
 from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid,
-                                                  is_transient_status, merge_chunk, priority_order, result_with_retries, sent_priority,
-                                                  sglang_sampling_params, stream_status)
+                                                  is_transient_status, merge_chunk, priority_order,
+                                                  result_with_retries, sent_priority, sglang_sampling_params, stream_status)
+from eagle3_synth.engines.sglang.http_prefill import ConnectionFailure, HTTPPrefill, json_or_text
 from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
 from eagle3_synth.engines.sglang.urls import UrlPool, normalize_urls
 from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
@@ -82,11 +83,7 @@ def misconfigured(status: int, url: str, detail: str) -> str:
             f"router) and the server's API key (${API_KEY_VARIABLE}); no prompt was marked failed because of it")
 
 
-class ConnectionFailure(TransientEngineError):
-    """The server could not be reached at all (refused, reset before answering, connect timeout)."""
-
-
-class SGLangHTTPEngine(WindowedEngine):
+class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
     def __init__(
         self,
         urls: tuple[str, ...],
@@ -152,7 +149,7 @@ class SGLangHTTPEngine(WindowedEngine):
         try:
             async with session.post(url + "/generate", json=payload) as response:
                 if response.status != 200 or response.content_type != "text/event-stream":
-                    return response.status, _json_or_text(await response.read())
+                    return response.status, json_or_text(await response.read())
                 return 200, await self._read_stream(url, response)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             self.urls.mark_down(url)
@@ -256,7 +253,7 @@ class SGLangHTTPEngine(WindowedEngine):
             if status == 200:
                 return
             if status in MISCONFIGURED_STATUS:
-                raise ConfigError(misconfigured(status, url + "/health", error_text(_json_or_text(body))))
+                raise ConfigError(misconfigured(status, url + "/health", error_text(json_or_text(body))))
             if time.monotonic() + self.health_poll_s > deadline:
                 raise ConfigError(f"--url {url}: /health still answers HTTP {status} after {self.health_timeout_s:g}s "
                                   "(is the server still loading the model, or stuck?); rerun when it answers 200")
@@ -274,8 +271,8 @@ class SGLangHTTPEngine(WindowedEngine):
             if status == 404:
                 continue
             if status in MISCONFIGURED_STATUS:
-                raise ConfigError(misconfigured(status, url + path, error_text(_json_or_text(body))))
-            info = _json_or_text(body)
+                raise ConfigError(misconfigured(status, url + path, error_text(json_or_text(body))))
+            info = json_or_text(body)
             if status == 200 and isinstance(info, dict):
                 return info
             log.warning("%s%s answered HTTP %d; server settings not checked", url, path, status)
@@ -291,7 +288,7 @@ class SGLangHTTPEngine(WindowedEngine):
             status, body = self._get_reachable(url, "/v1/models")
         except ConfigError:
             return None
-        data = _json_or_text(body)
+        data = json_or_text(body)
         cards = data.get("data") if status == 200 and isinstance(data, dict) else None
         lengths = [card.get("max_model_len") for card in cards or [] if isinstance(card, dict)]
         return next((n for n in lengths if isinstance(n, int) and not isinstance(n, bool) and n > 0), None)
@@ -352,7 +349,7 @@ class SGLangHTTPEngine(WindowedEngine):
         total = None
         for url in self.urls.urls:
             status, body = self._loop.run_until_complete(self._get(url, "/v1/loads?include=core", timeout_s=5.0))
-            data = _json_or_text(body)
+            data = json_or_text(body)
             load = EngineLoad.from_snapshots(data.get("loads") or []) if status == 200 and isinstance(data, dict) else None
             if load is None:
                 return None
@@ -366,13 +363,6 @@ class SGLangHTTPEngine(WindowedEngine):
             self._loop.run_until_complete(self._session.close())
             self._session = None
         self._loop.close()
-
-
-def _json_or_text(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", "replace")
 
 
 def _folder_name(path: str) -> str:

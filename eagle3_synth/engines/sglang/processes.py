@@ -124,6 +124,37 @@ def guarded_shutdown(engine: Any, owned: set[int]) -> None:
         engine.shutdown()
 
 
+# On a CPU with AMX, each SGLang rank creates a shared-memory segment for its all-reduce
+# (sglang 0.5.23 srt/distributed/bootstrap.py:277-296 -> sgl-kernel csrc/cpu/shm.cpp:157-176,
+# `shm_open` of `deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, up to 258 MiB) and nothing
+# unlinks it: every engine started and stopped leaves one in /dev/shm until the machine reboots.
+CPU_ALLREDUCE_SHM = "/dev/shm/deepspeed_allreduce_buffer_"
+
+
+def mapped_shm_segments(pids: set[int]) -> set[Path]:
+    """The all-reduce segments these processes have mapped (their /proc/<pid>/maps): exactly the
+    engine's own, whatever other engines run beside it."""
+    found: set[Path] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    path = line.rstrip("\n").split(maxsplit=5)[-1]
+                    if path.startswith(CPU_ALLREDUCE_SHM):
+                        found.add(Path(path.removesuffix(" (deleted)")))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+def unlink_segments(segments: set[Path]) -> None:
+    for segment in segments:
+        try:
+            segment.unlink()
+        except OSError:
+            pass
+
+
 def process_names(pids: set[int]) -> dict[int, str]:
     """pid -> the name SGLang gave the process (`sglang::scheduler`...), read while it runs."""
     names = {}

@@ -10,14 +10,15 @@ import logging
 import secrets
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
-from eagle3_synth.errors import ConfigError, TransientEngineError
+from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
 from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, abort_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.window import InFlightWindow
 
 log = logging.getLogger(__name__)
+K = TypeVar("K")
 
 # Besides 5xx, the statuses worth another try (SGLang's router retries the same).
 RETRIED_STATUS = frozenset({408, 429})
@@ -188,6 +189,34 @@ class WindowedEngine:
 
     def generate(self, requests: Iterable[GenerationRequest], params: SamplingParams) -> Iterator[GenerationResult]:
         return self._window.run(requests, lambda request: self._generate_one(request, params))
+
+    async def _prefill_one(self, ids: list[int], sampling: dict[str, Any], rid: str | None) -> Any:
+        raise NotImplementedError
+
+    def prefill_states(self, rows: Iterable[tuple[K, list[int], str | None]], sampling: dict[str, Any]
+                       ) -> Iterator[tuple[K, Any]]:
+        """One prefill per (key, ids, rid), through the same window as `generate` (an engine that
+        dies ends the run the same way), in completion order: (key, the prefill's hidden states, one
+        [T, width] list) where rid is None; with a rid, the request carries it and asks nothing back
+        (the engine's hooks write the states to a file named by it): (key, None) once it is done.
+        The engine must run with the capture's arguments (train/hidden_states/sglang_capture.py)."""
+        async def one(row: tuple[K, list[int], str | None]) -> tuple[K, Any]:
+            key, ids, rid = row
+            return key, await self._prefill_one(ids, sampling, rid)
+        return self._window.run(rows, one)
+
+
+def prefill_hidden_states(response: Any, where: str, rid: str | None) -> Any:
+    """The prefill's entry of a `return_hidden_states` response (`meta_info.hidden_states[0]`,
+    sglang 0.5.23 srt/managers/scheduler_components/batch_result_processor.py:641-674); None for a
+    request with an id (its states went to a file)."""
+    if rid is not None:
+        return None
+    states = ((response or {}).get("meta_info") or {}).get("hidden_states") if isinstance(response, dict) else None
+    if not states:
+        raise EngineError(f"{where}: the response has no hidden states (is the engine started with "
+                          f"enable_return_hidden_states?): {error_text(response)}")
+    return states[0]
 
 
 # sglang 0.5.23 srt/speculative/spec_info.py:102-109 (`is_eagle`): these reserve draft slots.

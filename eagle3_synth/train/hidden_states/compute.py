@@ -40,9 +40,13 @@ from eagle3_synth.run.shards import Shard
 from eagle3_synth.train.export import OVERLONG, ExportOptions, ids_record, too_few_loss_tokens
 from eagle3_synth.train.hidden_states.layers import LayerCapture, model_parts, num_decoder_layers, resolve_layers
 from eagle3_synth.train.hidden_states.layouts import LAYOUTS, Item, check_manifest
+from eagle3_synth.train.hidden_states.sglang_capture import CapturePlan, plan_capture
 
 log = logging.getLogger(__name__)
 NO_LOSS = "have no token under the loss mask"
+ENGINES = ("transformers", "sglang", "sglang-http")
+STATES_VIA = ("files", "response")
+STAGING = ".sglang-states"
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,18 @@ class HiddenStatesOptions:
     trust_remote_code: bool = False
     # Which split of the data (`--split`): its states go to a folder of their own (the manifest says).
     split: str = "train"
+    # Who computes the states: transformers (here, `device`/`device_map`), or SGLang in this process
+    # (`sglang`, with `engine_args`) or the servers at `urls` (`sglang-http`): sglang_capture.py.
+    engine: str = "transformers"
+    urls: tuple[str, ...] = ()
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    # sglang engines: rows in flight at once (each holds its states until written).
+    max_in_flight: int = 32
+    # sglang engines: how the states reach this process: "files" SGLang's hook writes into
+    # `states_dir` (default: .sglang-states in the layout's folder; it must be the same path for the
+    # server), or "response" (in SGLang's result, as lists: no shared folder needed, far slower).
+    states_via: str = "files"
+    states_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.configs:
@@ -82,7 +98,16 @@ class HiddenStatesOptions:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.overlong not in OVERLONG:
             raise ConfigError(f"--overlong must be one of {', '.join(OVERLONG)}, got {self.overlong!r}")
-        check_ranges({"max_length": self.max_length, "batch_tokens": self.batch_tokens})
+        check_ranges({"max_length": self.max_length, "batch_tokens": self.batch_tokens, "max_in_flight": self.max_in_flight})
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine == "sglang-http" and not self.urls:
+            raise ConfigError("--engine sglang-http needs --url: a server started with the flags --dry-run prints")
+        if self.states_via not in STATES_VIA:
+            raise ConfigError(f"--states-via must be one of {', '.join(STATES_VIA)}, got {self.states_via!r}")
+        if self.engine != "transformers" and (self.device_map or self.device != "cpu"):
+            raise ConfigError("--device/--device-map are the transformers engine's; SGLang places the model itself "
+                              "(--engine-arg tp_size=8 ...)")
         if self.fmt == "specforge" and self.drafter != "eagle3":
             raise ConfigError(f"--format specforge writes SpecForge's offline EAGLE-3 files only; for --drafter "
                               f"{self.drafter} use --format speculators")
@@ -106,6 +131,7 @@ class FilePlan:
     hidden_size: int
     bytes_per_token: int
     counts: Counter  # rows left out, by reason
+    capture: CapturePlan | None = None  # sglang engines: what SGLang is asked for
 
     @property
     def pending_tokens(self) -> int:
@@ -122,6 +148,8 @@ class FilePlan:
                f"about {self.pending_bytes} bytes ({self.bytes_per_token} bytes per token; {done} rows already written)",
                f"layers {self.layers} + the final state, hidden size {self.hidden_size}"]
         out += [f"  left out {n} row{'s' if n != 1 else ''} that {reason}" for reason, n in sorted(self.counts.items())]
+        if self.capture is not None:
+            out.append(f"SGLang server flags for these states: {self.capture.server_flags()}")
         return out
 
 
@@ -216,8 +244,14 @@ def plan_files(items: list[Item], layout: Any, options: HiddenStatesOptions, mod
     itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[options.dtype]
     mine = [item for position, item in enumerate(items) if options.shard.owns(position)]
     pending = [item for item in mine if not (layout.path(item).is_file() and layout.is_whole(layout.path(item), item))]
+    capture = None
+    if options.engine != "transformers":
+        staging = None
+        if options.states_via == "files":
+            staging = str(Path(options.states_dir or layout.folder / STAGING).resolve())
+        capture = plan_capture(layers, model_config, staging)
     return FilePlan(items=mine, pending=pending, layers=layers, hidden_size=hidden,
-                    bytes_per_token=layout.bytes_per_token(len(layers), hidden, itemsize), counts=counts)
+                    bytes_per_token=layout.bytes_per_token(len(layers), hidden, itemsize), counts=counts, capture=capture)
 
 
 def batches_by_length(items: list[Item], batch_tokens: int) -> Iterator[list[Item]]:
@@ -292,25 +326,33 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def write_states(model: Any, plan: FilePlan, layout: Any, options: HiddenStatesOptions, progress: bool | None = None) -> int:
-    """Compute and write every pending file; returns how many were written."""
-    from tqdm import tqdm
-
+def transformers_states(model: Any, plan: FilePlan, options: HiddenStatesOptions) -> Iterator[tuple[Item, list[Any], Any]]:
+    """(item, [aux states in order..., pre-norm], normed), each [T, H], for every pending item: one
+    forward per batch of rows of like length."""
     parts = model_parts(model)
     device = input_device(model)
+    with LayerCapture(parts, plan.layers, num_decoder_layers(model.config)) as capture:
+        for batch in batches_by_length(plan.pending, options.batch_tokens):
+            states, normed = compute_batch(capture, batch, device)
+            for row, item in enumerate(batch):
+                t = len(item.input_ids)
+                yield item, [s[row, :t] for s in states], normed[row, :t]
+
+
+def write_states(rows: Iterable[tuple[Item, list[Any], Any]], plan: FilePlan, layout: Any,
+                 progress: bool | None = None) -> int:
+    """Write every row's file as its states arrive; returns how many were written."""
+    from tqdm import tqdm
+
     layout.folder.mkdir(parents=True, exist_ok=True)
     written = 0
     show = sys.stderr.isatty() if progress is None else progress
-    with tqdm(total=plan.pending_tokens, unit="tok", unit_scale=True, disable=not show, file=sys.stderr) as bar, \
-            LayerCapture(parts, plan.layers, num_decoder_layers(model.config)) as capture:
-        for batch in batches_by_length(plan.pending, options.batch_tokens):
-            states, normed = compute_batch(capture, batch, device)
+    with tqdm(total=plan.pending_tokens, unit="tok", unit_scale=True, disable=not show, file=sys.stderr) as bar:
+        for item, states, normed in rows:
             with one_thread():
-                for row, item in enumerate(batch):
-                    t = len(item.input_ids)
-                    layout.write(layout.path(item), item, [s[row, :t] for s in states], normed[row, :t])
-                    written += 1
-                    bar.update(t)
+                layout.write(layout.path(item), item, states, normed)
+            written += 1
+            bar.update(len(item.input_ids))
     return written
 
 

@@ -12,7 +12,8 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.train.hidden_states import specforge_target
 from eagle3_synth.train.hidden_states.check import check_files
 from eagle3_synth.train.hidden_states.compute import (HiddenStatesOptions, greedy, load_model, prepare, record_manifest,
-                                                      write_states)
+                                                      transformers_states, write_states)
+from eagle3_synth.train.hidden_states.sglang_capture import sglang_engine, states_of_rows
 from eagle3_synth.train.hidden_states.layouts import LAYOUTS
 
 
@@ -57,9 +58,17 @@ def run_job(source: Any, options: HiddenStatesOptions, *, dry_run: bool = False,
     target_folder = layout.folder / "target_model"
     needs_target = options.fmt == "specforge" and not specforge_target.usable_as_is(Path(options.model))
     model = None
-    if plan.pending or check or (needs_target and not (target_folder / specforge_target.INDEX_FILE).is_file()):
+    if (plan.pending and options.engine == "transformers") or check or \
+            (needs_target and not (target_folder / specforge_target.INDEX_FILE).is_file()):
         model = load_model(options)
-    written = write_states(model, plan, layout, options, progress=progress) if plan.pending else 0
+    written = 0
+    if plan.pending and options.engine == "transformers":
+        written = write_states(transformers_states(model, plan, options), plan, layout, progress=progress)
+    elif plan.pending:
+        with sglang_engine(options, plan.capture) as (engine, capture):
+            longest_first = sorted(plan.pending, key=lambda item: -len(item.input_ids))
+            rows = states_of_rows(engine, capture, longest_first, options.dtype)
+            written = write_states(rows, plan, layout, progress=progress)
     echo(f"  wrote {written} files")
     if options.fmt == "speculators":
         echo(f"  train: speculators train --data-path {options.folder} --target-layer-ids {' '.join(map(str, plan.layers))} "

@@ -1,6 +1,7 @@
 """The in-process engine's process hygiene on the real SGLang 0.5.23: `close()` ends the engine's
 processes and spares every other child of the caller (SGLang's own shutdown SIGKILLs them all,
-processes.py), on the CPU backend in bf16."""
+processes.py), and removes the shared-memory segment SGLang's CPU all-reduce leaves behind, on the
+CPU backend in bf16."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ pytestmark = pytest.mark.slow
 SCRIPT = r'''
 import json, subprocess, sys
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
-from eagle3_synth.engines.sglang.processes import child_pids
+from eagle3_synth.engines.sglang.processes import child_pids, mapped_shm_segments
 
 if __name__ == "__main__":
     mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     engine = create_engine("sglang", EngineOptions(model=sys.argv[1], dtype="bfloat16", max_in_flight=2,
                                                    engine_args={"device": "cpu", "mem_fraction_static": 0.1}))
     engine_pids = sorted(engine.owned_pids)
+    segments = sorted(map(str, mapped_shm_segments(engine.owned_pids)))  # the CPU all-reduce's (AMX)
     try:
         params = SamplingParams(max_new_tokens=24, temperature=0.0, stop_token_ids=(2033, 2034), vocab_size=2048)
         results = [r.__dict__ for r in engine.generate([GenerationRequest(i, [2032, 5 + i, 17, 99]) for i in range(3)],
@@ -38,7 +40,9 @@ if __name__ == "__main__":
         except OSError:
             return False
 
-    print(json.dumps({"spared": alive, "engine_pids": engine_pids,
+    import os
+    print(json.dumps({"spared": alive, "engine_pids": engine_pids, "segments": segments,
+                      "segments_left": [s for s in segments if os.path.exists(s)],
                       "children_after": sorted(p for p in child_pids() if running(p)),
                       "results": results}))
 '''
@@ -54,6 +58,11 @@ def test_closing_the_real_engine_ends_its_processes_and_spares_the_callers_other
     assert report["spared"], "closing the engine killed another child of the caller"
     assert report["engine_pids"], "no engine process was noted at launch"
     assert not set(report["engine_pids"]) & set(report["children_after"]), "engine processes left running after close()"
+    # On a CPU with AMX the engine's rank maps one all-reduce segment that SGLang never unlinks;
+    # close() removes exactly the ones its processes had mapped.
+    amx = " amx_tile " in " " + open("/proc/cpuinfo").read().replace("\n", " ") + " "
+    assert len(report["segments"]) == (1 if amx else 0), report["segments"]
+    assert report["segments_left"] == [], "close() left the engine's shared-memory segment in /dev/shm"
     assert sorted(r["sample_id"] for r in report["results"]) == [0, 1, 2]
     for result in report["results"]:
         assert result["error"] is None and result["finish_reason"] in ("stop", "length")
