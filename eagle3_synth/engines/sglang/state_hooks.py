@@ -128,9 +128,13 @@ def _attention_tp_rank() -> int:
         return 0
 
 
-# Where a model keeps its final norm and logits processor: the text model's own names (Llama, Qwen,
-# DeepSeek, gpt-oss ... `model.norm`, `logits_processor`) and under `language_model.` for the
-# multimodal wrappers that hand the text to it (Kimi-K2.5, `models/kimi_k25.py`).
+# Where a model keeps its final norm and logits processor: the text model's own names (`model.norm`,
+# `logits_processor`: llama.py, qwen3.py:573-593, deepseek_v2.py:3005/3283/3301, gpt_oss.py:682/
+# 765/775; each ends its stack in `residual_batch.final_norm`, e.g. deepseek_v2.py:3239) and under
+# `language_model.` for the multimodal wrappers that hand the text to it (Kimi-K2.5:
+# kimi_k25.py:691-693, a DeepseekV3ForCausalLM). A stack that ends in a fused MoE handoff
+# (`residual/batch.py:175-182`, `finalize_norm`) does not call the norm module: no pre-norm state
+# is kept, no file written, and the caller names the row.
 NORM_MODULES = ["model.norm", "language_model.model.norm"]
 LOGITS_MODULES = ["logits_processor", "language_model.logits_processor"]
 
