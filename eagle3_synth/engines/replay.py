@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from array import array
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
@@ -56,6 +57,10 @@ _DTYPE = np.dtype(f"=u{_ITEM}")  # the same numbers seen by numpy
 
 class BadRecord(ValueError):
     """A replay line that is not a result record; the message says why (no location)."""
+
+
+class CheckStopped(Exception):
+    """`check_replay_file` stopped before the end of the file, as its caller asked (`stop`)."""
 
 
 def _indexed_lines(path: str, found: dict[int, tuple[int, int]]) -> Iterator[tuple[int, int, bytes]]:
@@ -251,12 +256,16 @@ def _line_problem(path: str, line_number: int, sample_id: int, line: bytes, para
     return (record, ids, None) if problem is None else (None, None, f"{where}: sample_id {record.sample_id}: {problem}")
 
 
-def _check_lines(path: str, params: SamplingParams, kept: CheckedReplay | None) -> list[str]:
+def _check_lines(path: str, params: SamplingParams, kept: CheckedReplay | None,
+                 stop: threading.Event | None = None) -> list[str]:
     """Every line indexed and checked in one pass, in file order, the good ones handed to `kept`; the
-    problems found. A line without a sample_id, or one recorded twice, is refused at once (as indexing is)."""
+    problems found. A line without a sample_id, or one recorded twice, is refused at once (as indexing is).
+    `CheckStopped` once `stop` is set (a check in a thread whose run was interrupted)."""
     problems: list[str] = []
     try:
         for line_number, sample_id, line in _indexed_lines(path, {}):
+            if stop is not None and stop.is_set():
+                raise CheckStopped(f"the check of {path} was stopped at line {line_number}")
             record, ids, problem = _line_problem(path, line_number, sample_id, line, params)
             if problem is not None:
                 problems.append(problem)
@@ -284,16 +293,18 @@ def _start_keeping(path: str, params: SamplingParams) -> CheckedReplay | None:
         return None
 
 
-def check_replay_file(path: str, params: SamplingParams, *, keep: bool = False) -> CheckedReplay | None:
+def check_replay_file(path: str, params: SamplingParams, *, keep: bool = False,
+                      stop: threading.Event | None = None) -> CheckedReplay | None:
     """Every record of the file checked as a result would be (`output_problem`), before any run starts:
     a ConfigError naming the first bad `FILE:LINE` and its sample (and how many more there are).
 
     With `keep` the checked records are returned for `ReplayEngine` to play (the caller closes them),
-    so that the file is parsed once; None without it, or where they could not be kept.
+    so that the file is parsed once; None without it, or where they could not be kept. Setting `stop`
+    (from another thread) ends the check at the next line with `CheckStopped`.
     """
     kept = _start_keeping(path, params) if keep else None
     try:
-        problems = _check_lines(path, params, kept)
+        problems = _check_lines(path, params, kept, stop)
     except BaseException:
         if kept is not None:
             kept.close()

@@ -28,7 +28,6 @@ from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.model_vocab import ModelVocab, check_model_and_tokenizer
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs
 from eagle3_synth.engines import Engine, EngineOptions, SamplingParams, create_engine
-from eagle3_synth.engines.replay import CheckedReplay, check_replay_file
 from eagle3_synth.errors import PromptError
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
@@ -37,6 +36,7 @@ from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStat
 from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.preflight import check_before_loading, check_chat_template
+from eagle3_synth.run.replay_check import ReplayCheck
 from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
 from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, check_held_out, stage, survey, within
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
@@ -173,21 +173,23 @@ class RunSetup:
     chat: ChatTokenizer
     vocab: ModelVocab  # the ids every result is checked against (prompts/model_vocab.py)
     params: SamplingParams
-    # The replay file's records as checked (kept for playback: the file is parsed once); None if none.
-    replay: CheckedReplay | None = None
+    # The replay file's check, running beside prompt preparation (`replay_check.py`); its records are
+    # kept for playback (the file is parsed once). Nothing runs without a replay file.
+    replay: ReplayCheck
 
     def close(self) -> None:
         """Frees what the setup holds beyond the run (the checked replay records' temporary file)."""
-        if self.replay is not None:
-            self.replay.close()
+        self.replay.close()
 
 
 def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory, *, keep_replay: bool = True) -> RunSetup:
     """The tokenizer, profile, markers and chat templater: everything `generate` and `dry_run` need
     before prompts are prepared. Each of them runs `check_before_loading` (`preflight.py`) first.
 
-    With `keep_replay` (a run that plays the file) the replay file's checked records are kept for the
-    engine (`RunSetup.replay`; the caller closes the setup), so the file is parsed once."""
+    The replay file is checked in a thread that goes on past the return (`replay_check.py`): the
+    caller awaits it (`ReplayCheck.result`) before claiming the run, and closes the setup. With
+    `keep_replay` (a run that plays the file) its checked records are kept for the engine, so the
+    file is parsed once."""
     model = spec.model
     option = "--tokenizer" if model.tokenizer != model.model else "--model"
     tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code, option=option)
@@ -199,16 +201,16 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory, *, keep_rep
     vocab = check_model_and_tokenizer(engine_options(spec, options).model, model.tokenizer, tokenizer,
                                       trust_remote_code=model.trust_remote_code)
     params = _sampling_params(spec.sampling, markers, vocab.size)
-    # Every record checked before the run directory is claimed (and kept for playback).
-    replay = check_replay_file(model.replay_file, params, keep=keep_replay) if model.replay_file else None
+    # Every record checked before the run directory is claimed (and kept for playback), beside what follows.
+    replay = ReplayCheck(model.replay_file or None, params, keep=keep_replay)
     try:
-        check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs,
-                         spec.conversations.template_kwarg_mix, unchecked=options.template_kwarg_unchecked)
-        chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
-                             template_date=model.template_date or recorded_template_date(run) or today())
+        with replay.errors_after():
+            check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs,
+                             spec.conversations.template_kwarg_mix, unchecked=options.template_kwarg_unchecked)
+            chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
+                                 template_date=model.template_date or recorded_template_date(run) or today())
     except BaseException:
-        if replay is not None:
-            replay.close()
+        replay.close()
         raise
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
@@ -259,6 +261,10 @@ def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
     check_before_loading(spec, options)
     run = RunDirectory(options.run_dir)
     setup = run_setup(spec, options, run, keep_replay=False)  # nothing is played
+    try:
+        setup.replay.result()
+    finally:
+        setup.close()
     report = DryRun(config=spec.config.name, run_dir=options.run_dir, engine=engine_description(spec, options),
                     max_new_tokens=spec.sampling.max_new_tokens, limit=(spec.max_prompt_tokens, OUR_LIMIT),
                     samples_per_prompt=spec.conversations.samples_per_prompt, started=run.exists())
@@ -290,7 +296,8 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
 
 def _start_engine(spec: RunSpec, options: RunOptions, setup: RunSetup) -> Engine:
     """The run's engine; `replay` plays the records `run_setup` checked, without parsing the file again."""
-    return create_engine(options.engine, replace(engine_options(spec, options), replay_checked=setup.replay))
+    checked = setup.replay.result()  # awaited: a bad replay file starts no engine
+    return create_engine(options.engine, replace(engine_options(spec, options), replay_checked=checked))
 
 
 def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
@@ -298,7 +305,8 @@ def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | N
     run = RunDirectory(options.run_dir)
     setup = run_setup(spec, options, run)
     try:
-        return _generate_set_up(spec, options, run, setup, started, progress_stream)
+        with setup.replay.errors_after():
+            return _generate_set_up(spec, options, run, setup, started, progress_stream)
     finally:
         setup.close()
 
@@ -322,11 +330,12 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
                 engine = _start_engine(spec, options, setup)
                 limits = prompt_limit(spec, engine)
             prepared = stage(run, spec, options, chat, chats, limits or (spec.max_prompt_tokens, OUR_LIMIT),
-                             _rollout_reject(options.strict))
+                             _rollout_reject(options.strict), poll=setup.replay.raise_if_refused)
             staged = prepared.staged
         try:
             if staged is not None:
                 check_held_out(prepared, fields)
+            setup.replay.result()  # a bad replay file claims nothing
             # Claimed once the prompts could be prepared: a start that failed there leaves no run
             # behind that would refuse the next command's corrected settings.
             run_fingerprint = run.claim(fields, meta=run_meta(spec, options, setup))

@@ -85,9 +85,9 @@ def test_a_leaked_prompt_is_refused_before_the_run(tmp_path, kimi_tokenizer, cap
 def test_a_run_stopped_by_a_bad_record_keeps_what_it_journaled(tmp_path, kimi_tokenizer, capsys, monkeypatch):
     """A record only playback finds bad (here the file check is skipped, so playback parses the file and
     meets the bad record): the run stops naming the sample and line, and keeps what it journaled before."""
-    import eagle3_synth.run.generate as generate_module
+    import eagle3_synth.run.replay_check as replay_check_module
 
-    monkeypatch.setattr(generate_module, "check_replay_file", lambda path, params, **kwargs: None)
+    monkeypatch.setattr(replay_check_module, "check_replay_file", lambda path, params, **kwargs: None)
     replay = tmp_path / "replay.jsonl"
     outputs = write_replay(replay, kimi_tokenizer, 6)
     rewrite_line(replay, 4, {"sample_id": 3, "output_ids": [1000, 5_000_000], "finish_reason": "length"})
