@@ -20,6 +20,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from eagle3_synth.engines.sglang.processes import descendants, mapped_shm_segments, unlink_segments
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
 # A hang detector for a server's start (model load and the first forward take 20-40 s here, more
@@ -131,14 +133,17 @@ class RealServer:
 
     def kill(self) -> None:
         """SIGKILL the server and every process of its session (a crash, as a node loss would be)."""
+        segments = self._segments()
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self._reap_group()
+        unlink_segments(segments)
 
     def stop(self) -> None:
         if self.process is None:
             return
+        segments = self._segments()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -146,6 +151,14 @@ class RealServer:
             except subprocess.TimeoutExpired:
                 pass
         self._reap_group()
+        unlink_segments(segments)
+
+    def _segments(self) -> set[Path]:
+        """The CPU all-reduce segments the server's processes map (AMX CPUs), which SGLang never
+        unlinks (eagle3_synth/engines/sglang/processes.py): read while they live, removed once stopped."""
+        if self.process is None or self.process.poll() is not None:
+            return set()
+        return mapped_shm_segments({self.process.pid} | descendants(self.process.pid))
 
     def _reap_group(self) -> None:
         try:
