@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from eagle3_synth.engines.sglang.processes import CPU_ALLREDUCE_SHM
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -33,11 +35,12 @@ def fresh_datasets_cache(tmp_path_factory, monkeypatch):
 # csrc/cpu/shm.cpp:157-176, `deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, up to 258 MiB,
 # started by srt/distributed/bootstrap.py:277-296) and never unlink it: every engine a test starts
 # would stay in /dev/shm, in memory, until the machine filled (seen: 19 GB after a suite and two
-# benchmarks, and a real server too slow to start). Each test removes the segments that appeared
-# while it ran. An engine that outlives its test (a module-scoped one) keeps its mapping: it is
-# single-rank, so no peer opens the name later.
-SHM = Path("/dev/shm")
-SGLANG_SHM_PREFIX = f"deepspeed_allreduce_buffer_{os.getuid()}_"
+# benchmarks, and a real server too slow to start). `SGLangEngine.close()` and `RealServer.stop()`
+# remove the ones their processes mapped (engines/sglang/processes.py); each test also removes what
+# else appeared while it ran (an engine killed before it could be read). An engine that outlives its
+# test (a module-scoped one) keeps its mapping: it is single-rank, so no peer opens the name later.
+SHM = Path(CPU_ALLREDUCE_SHM).parent
+SGLANG_SHM_PREFIX = f"{Path(CPU_ALLREDUCE_SHM).name}{os.getuid()}_"
 
 
 def sglang_shm_segments() -> set[Path]:

@@ -143,21 +143,12 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
     async def _post_stream(self, url: str, payload: dict[str, Any]) -> tuple[int, Any]:
         """POST a streaming /generate; (200, the reassembled result or a stream's error chunk),
         or (status, body) of a non-200 answer. Every transport failure is transient."""
-        import aiohttp
-
         session = self._get_session()
-        try:
+        with self.transport_errors(url):
             async with session.post(url + "/generate", json=payload) as response:
                 if response.status != 200 or response.content_type != "text/event-stream":
                     return response.status, json_or_text(await response.read())
                 return 200, await self._read_stream(url, response)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            self.urls.mark_down(url)
-            raise ConnectionFailure(f"{url}: {type(exc).__name__}: {exc}") from exc
-        except asyncio.TimeoutError as exc:
-            raise TransientEngineError(f"{url}: no data for {self.request_timeout_s:g}s (idle timeout)") from exc
-        except aiohttp.ClientError as exc:  # a stream cut off mid-way, a malformed response
-            raise TransientEngineError(f"{url}: {type(exc).__name__}: {exc}") from exc
 
     @staticmethod
     async def _read_stream(url: str, response: Any) -> dict[str, Any]:

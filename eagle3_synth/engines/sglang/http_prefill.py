@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from eagle3_synth.errors import EngineDied, EngineError, TransientEngineError
@@ -38,25 +40,33 @@ class HTTPPrefill:
     def _get_session(self) -> Any:
         raise NotImplementedError
 
-    async def _post_states(self, ids: list[int], sampling: dict[str, Any], rid: str | None) -> Any:
-        """One non-streaming /generate with `return_hidden_states`: its states are in the final
-        answer only. Transport failures and 5xx are transient; another status ends the run."""
+    @contextmanager
+    def transport_errors(self, url: str) -> Iterator[None]:
+        """aiohttp's failures of a request to `url` as ours, every one transient: a server not reached
+        (marked down) is a `ConnectionFailure`, an idle timeout or a broken answer a `TransientEngineError`."""
         import aiohttp
-        import orjson
 
-        url = self.urls.pick()
-        payload = {"input_ids": ids, "sampling_params": sampling, "return_hidden_states": rid is None,
-                   **({"rid": rid} if rid is not None else {})}
         try:
-            async with self._get_session().post(url + "/generate", json=payload) as response:
-                status, body = response.status, await response.read()
+            yield
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             self.urls.mark_down(url)
             raise ConnectionFailure(f"{url}: {type(exc).__name__}: {exc}") from exc
         except asyncio.TimeoutError as exc:
             raise TransientEngineError(f"{url}: no data for {self.request_timeout_s:g}s (idle timeout)") from exc
-        except aiohttp.ClientError as exc:
+        except aiohttp.ClientError as exc:  # a stream cut off mid-way, a malformed response
             raise TransientEngineError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+    async def _post_states(self, ids: list[int], sampling: dict[str, Any], rid: str | None) -> Any:
+        """One non-streaming /generate with `return_hidden_states`: its states are in the final
+        answer only. Transport failures and 5xx are transient; another status ends the run."""
+        import orjson
+
+        url = self.urls.pick()
+        payload = {"input_ids": ids, "sampling_params": sampling, "return_hidden_states": rid is None,
+                   **({"rid": rid} if rid is not None else {})}
+        with self.transport_errors(url):
+            async with self._get_session().post(url + "/generate", json=payload) as response:
+                status, body = response.status, await response.read()
         self.urls.mark_up(url)
         if status != 200:
             message = f"{url}: HTTP {status}: {error_text(json_or_text(body))}"

@@ -192,36 +192,35 @@ def hooks_folder(hooks: Any) -> str | None:
 def states_of_rows(engine: Any, plan: CapturePlan, items: Iterable[Item], dtype: str) -> Iterator[tuple[Item, list[Any], Any]]:
     """(item, [states in order..., pre-norm], normed) for every item, in the order SGLang finishes them:
     from the file SGLang's hook wrote for the row (read, then removed) or from the response."""
-    if plan.folder is None:
-        requests = ((item, item.input_ids.tolist(), None) for item in items)
-        for item, values in engine.prefill_states(requests, PREFILL_ONLY):
-            yield (item, *plan.split(values, item, dtype))
-        return
+    folder = Path(plan.folder) if plan.folder is not None else None
+    run = secrets.token_hex(4)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    # Each request keyed by its item and the id its states file is named by (None: the response).
+    requests = (((item, None if folder is None else f"{RID_PREFIX}{run}-{index}"), item.input_ids.tolist())
+                for index, item in enumerate(items))
+    for (item, rid), values in engine.prefill_states(((key, ids, key[1]) for key, ids in requests), PREFILL_ONLY):
+        if rid is not None:
+            values = _take_states_file(folder / f"{rid}.safetensors", item)
+        yield (item, *plan.split(values, item, dtype))
+    if folder is not None:
+        try:
+            folder.rmdir()  # when empty: a folder of our own making, left only with a file in it
+        except OSError:
+            pass
+
+
+def _take_states_file(path: Path, item: Item) -> Any:
+    """The states SGLang's hook wrote for `item`, read and the file removed."""
     from safetensors.torch import load_file
 
-    Path(plan.folder).mkdir(parents=True, exist_ok=True)
-    run = secrets.token_hex(4)
-    requests = ((item, item.input_ids.tolist(), f"{RID_PREFIX}{run}-{index}") for index, item in enumerate(items))
-    names = {}
-    for item, _ in engine.prefill_states(_noting(requests, names), PREFILL_ONLY):
-        path = Path(plan.folder) / f"{names.pop(id(item))}.safetensors"
-        if not path.is_file():
-            raise ShortRow(f"row {item.row_id}: SGLang finished its prefill but wrote no states to {path} (a server "
-                           "started without the forward hooks `--dry-run` prints, with another --states-dir, or on "
-                           "another machine: give --states-via response there); nothing written for it")
-        values = load_file(str(path))["states"]
-        path.unlink()
-        yield (item, *plan.split(values, item, dtype))
-    try:
-        Path(plan.folder).rmdir()  # when empty: a folder of our own making, left only with a file in it
-    except OSError:
-        pass
-
-
-def _noting(requests: Iterator[tuple[Item, list[int], str]], names: dict[int, str]) -> Iterator[tuple[Item, list[int], str]]:
-    for item, ids, rid in requests:
-        names[id(item)] = rid
-        yield item, ids, rid
+    if not path.is_file():
+        raise ShortRow(f"row {item.row_id}: SGLang finished its prefill but wrote no states to {path} (a server "
+                       "started without the forward hooks `--dry-run` prints, with another --states-dir, or on "
+                       "another machine: give --states-via response there); nothing written for it")
+    values = load_file(str(path))["states"]
+    path.unlink()
+    return values
 
 
 @contextmanager
