@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -98,3 +99,56 @@ def test_the_printed_flags_say_what_the_server_must_run_with(tmp_path):
     assert check_server_args(plan, "http://a:1", {**info, "forward_hooks": in_response}).folder is None
     with pytest.raises(ConfigError, match=r"forward_hooks is None, not \["):
         check_server_args(plan, "http://a:1", {**info, "forward_hooks": None})
+
+
+def options(**changes):
+    from eagle3_synth.train.hidden_states.compute import HiddenStatesOptions
+
+    return HiddenStatesOptions(configs=("B1_glaive",), fmt="speculators", folder=Path("prep"), model="m", **changes)
+
+
+def test_options_that_cannot_capture_are_refused_naming_the_option():
+    with pytest.raises(ConfigError, match=r"^--engine sglang-http needs --url: a server started with the flags --dry-run prints$"):
+        options(engine="sglang-http")
+    with pytest.raises(ConfigError, match=r"^--states-via must be one of files, response, got 'disk'$"):
+        options(engine="sglang", states_via="disk")
+    with pytest.raises(ConfigError, match=r"^--device/--device-map are the transformers engine's"):
+        options(engine="sglang", device="cuda")
+
+
+def test_an_engine_arg_the_capture_sets_is_refused_before_any_engine_starts(monkeypatch):
+    from eagle3_synth.train.hidden_states import sglang_capture
+
+    started = []
+    monkeypatch.setattr("eagle3_synth.engines.create_engine", lambda *a: started.append(a))
+    plan = plan_capture([2, 4, 5], config("LlamaForCausalLM"))
+    with pytest.raises(ConfigError, match=r"^--engine-arg chunked_prefill_size, disable_radix_cache: set by hidden-states "
+                                          r"itself \(the capture runs SGLang with enable_return_hidden_states=True"):
+        with sglang_capture.sglang_engine(options(engine="sglang", engine_args={"disable_radix_cache": False,
+                                                                                "chunked_prefill_size": 4096}), plan):
+            pass
+    assert started == []
+
+
+def test_servers_whose_hooks_write_to_different_places_are_refused(monkeypatch, tmp_path):
+    from eagle3_synth.train.hidden_states import sglang_capture
+
+    plan = plan_capture([2, 4, 5], config("LlamaForCausalLM"), folder=str(tmp_path))
+    infos = {"http://a:1": {**plan.server_args(), "speculative_algorithm": None},
+             "http://b:2": {**plan_capture([2, 4, 5], config("LlamaForCausalLM")).server_args(), "speculative_algorithm": None}}
+    closed = []
+    engine = SimpleNamespace(urls=SimpleNamespace(urls=list(infos)), server_info=infos.get, close=lambda: closed.append(1))
+    monkeypatch.setattr("eagle3_synth.engines.create_engine", lambda name, engine_options: engine)
+    with pytest.raises(ConfigError, match=rf"^the servers' hooks write states to different places \(http://a:1: {tmp_path}, "
+                                          r"http://b:2: the response\): start them with one --forward-hooks$"):
+        with sglang_capture.sglang_engine(options(engine="sglang-http", urls=tuple(infos)), plan):
+            pass
+    assert closed == [1]
+
+
+def test_a_row_whose_states_file_never_appeared_is_named(tmp_path):
+    from eagle3_synth.train.hidden_states.sglang_capture import _take_states_file
+
+    with pytest.raises(ShortRow, match=r"^row B1_glaive-7: SGLang finished its prefill but wrote no states to "
+                                       rf"{tmp_path}/r\.safetensors \(a server started without the forward hooks"):
+        _take_states_file(tmp_path / "r.safetensors", item(3))
