@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from eagle3_synth.engines.sglang.processes import descendants, mapped_shm_segments, unlink_segments
+from eagle3_synth.engines.sglang.processes import tree_segments, unlink_segments
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
@@ -158,7 +158,7 @@ class RealServer:
         unlinks (eagle3_synth/engines/sglang/processes.py): read while they live, removed once stopped."""
         if self.process is None or self.process.poll() is not None:
             return set()
-        return mapped_shm_segments({self.process.pid} | descendants(self.process.pid))
+        return tree_segments(self.process.pid)
 
     def _reap_group(self) -> None:
         try:

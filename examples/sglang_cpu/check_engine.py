@@ -41,13 +41,13 @@ def transformers_greedy() -> list[int]:
 def sglang_greedy() -> list[int]:
     import sglang
 
-    from eagle3_synth.engines.sglang.processes import descendants, mapped_shm_segments, unlink_segments
+    from eagle3_synth.engines.sglang.processes import tree_segments, unlink_segments
 
     engine = sglang.Engine(model_path=str(MODEL), device="cpu", dtype="bfloat16", skip_tokenizer_init=True,
                            log_level="error", mem_fraction_static=0.3)
     # On an AMX CPU the engine's all-reduce segment (up to 258 MiB of /dev/shm) outlives it: removed
     # here as `SGLangEngine.close()` removes its own (read while the engine's processes live).
-    segments = mapped_shm_segments(descendants(os.getpid()) | {os.getpid()})
+    segments = tree_segments(os.getpid())
     try:
         result = engine.generate(input_ids=PROMPT, sampling_params={
             "max_new_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True})

@@ -147,6 +147,12 @@ def mapped_shm_segments(pids: set[int]) -> set[Path]:
     return found
 
 
+def tree_segments(pid: int) -> set[Path]:
+    """The all-reduce segments `pid` and every process below it map (a server, or this process with
+    an engine it started): read while they live, to be unlinked once they have stopped."""
+    return mapped_shm_segments({pid} | descendants(pid))
+
+
 def unlink_segments(segments: set[Path]) -> None:
     for segment in segments:
         try:

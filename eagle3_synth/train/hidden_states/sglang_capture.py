@@ -196,10 +196,14 @@ def states_of_rows(engine: Any, plan: CapturePlan, items: Iterable[Item], dtype:
     run = secrets.token_hex(4)
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
-    # Each request keyed by its item and the id its states file is named by (None: the response).
-    requests = (((item, None if folder is None else f"{RID_PREFIX}{run}-{index}"), item.input_ids.tolist())
-                for index, item in enumerate(items))
-    for (item, rid), values in engine.prefill_states(((key, ids, key[1]) for key, ids in requests), PREFILL_ONLY):
+
+    def request(index: int, item: Item) -> tuple[tuple[Item, str | None], list[int], str | None]:
+        """(key, ids, rid): keyed by the item and the id its states file is named by (None: the response)."""
+        rid = None if folder is None else f"{RID_PREFIX}{run}-{index}"
+        return (item, rid), item.input_ids.tolist(), rid
+
+    requests = (request(index, item) for index, item in enumerate(items))
+    for (item, rid), values in engine.prefill_states(requests, PREFILL_ONLY):
         if rid is not None:
             values = _take_states_file(folder / f"{rid}.safetensors", item)
         yield (item, *plan.split(values, item, dtype))
