@@ -16,6 +16,7 @@ from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
+from eagle3_synth.engines.sglang import http as sglang_http
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
 from eagle3_synth.engines.sglang.urls import normalize_urls
 from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
@@ -182,8 +183,9 @@ def test_engine_options_are_checked(capsys, tmp_path):
             create_engine("sglang-http", EngineOptions(urls=("http://127.0.0.1:1",), **options))
 
 
-def test_no_server_at_the_url_fails_before_any_prompt_is_sent():
-    with pytest.raises(ConfigError, match=r"--url http://127.0.0.1:\d+: no SGLang server answers"):
+def test_no_server_at_the_url_fails_before_any_prompt_is_sent(monkeypatch):
+    monkeypatch.setattr(sglang_http, "HEALTH_TIMEOUT_S", 0.1)  # what it waits for a server to start listening
+    with pytest.raises(ConfigError, match=r"--url http://127.0.0.1:\d+: no SGLang server ready there after 0.1s"):
         create_engine("sglang-http", EngineOptions(urls=(f"http://127.0.0.1:{free_port()}",), max_retries=1))
 
 

@@ -5,9 +5,13 @@ misconfigured servers, a starting server, and the prompt limit the engines expos
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 
 import pytest
+
+from eagle3_synth.cli import main
 
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams
 from eagle3_synth.engines.result_checks import check_result, is_short_length
@@ -19,9 +23,10 @@ from eagle3_synth.errors import ConfigError, EngineError
 
 from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, Reply
-from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, prompt_digest
+from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, ServerThread, prompt_digest
+from ..conftest import TINY_MODEL
 from .test_sglang_engine import FAST_RETRY, FIELDS, FIELD_NAMES, STOP, stop_reply
-from .test_sglang_http import http_engine, random_requests, serve  # noqa: F401 (fixture)
+from .test_sglang_http import free_port, http_engine, random_requests, serve  # noqa: F401 (fixture)
 
 PARAMS = SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=STOP)
 REQUEST = GenerationRequest(3, [11, 12, 13, 14])
@@ -172,10 +177,70 @@ def test_a_starting_server_is_waited_for_within_a_bound(serve):
     slow = SGLangLoopbackServer(DeterministicBackend(), starting_polls=math.inf)  # starting for ever
     engine = http_engine(serve(slow).url, health_poll_s=0.05, health_timeout_s=0.3)
     try:
-        with pytest.raises(ConfigError, match="/health still answers HTTP 503 after 0.3s"):
+        with pytest.raises(ConfigError, match=r"no SGLang server ready there after 0.3s \(/health answers HTTP 503\)"):
             engine.check_servers()
     finally:
         engine.close()
+
+
+class Announced(logging.Handler):
+    """Sets `event` when the engine says it waits for a server: the moment a test acts on, not a time."""
+
+    def __init__(self, event: threading.Event):
+        super().__init__()
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("waiting for the SGLang server"):
+            self.event.set()
+
+
+def test_a_server_that_binds_its_port_late_is_waited_for_and_said_once(caplog):
+    """`launch_server` binds its port only once its model is loaded (~100 s on a CPU): until then every
+    connection is refused. The engine waits through the refusals, then the 503s of the warm-up, and
+    says once that it waits and for how long at most. The port is bound only after that line."""
+    url = f"http://127.0.0.1:{free_port()}"
+    server = SGLangLoopbackServer(DeterministicBackend(), starting_polls=2)
+    waiting = threading.Event()
+    announced = Announced(waiting)
+    logger = logging.getLogger(sglang_http.__name__)
+    logger.addHandler(announced)
+    started: list[ServerThread] = []
+
+    def bind_once_waited() -> None:
+        if waiting.wait(timeout=120):  # a hang detector; the assertions below say what happened
+            started.append(ServerThread(server, port=int(url.rsplit(":", 1)[1])).__enter__())
+
+    binder = threading.Thread(target=bind_once_waited)
+    binder.start()
+    engine = http_engine(url, health_poll_s=0.05, health_timeout_s=600)
+    try:
+        with caplog.at_level(logging.INFO, logger=sglang_http.__name__):
+            engine.check_servers()
+    finally:
+        engine.close()
+        binder.join()
+        logger.removeHandler(announced)
+        for thread in started:
+            thread.__exit__(None, None, None)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for the SGLang server")]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"waiting for the SGLang server at {url} to start (nothing listens: ")
+    assert "Connect call failed" in said[0] and said[0].endswith("), at most 600s")
+    assert server.health_requests == 3  # two 503s while it warms up, then ready
+
+
+def test_the_start_up_deadline_ends_the_wait_with_one_line_naming_the_url(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(sglang_http, "HEALTH_TIMEOUT_S", 0.5)
+    url = f"http://127.0.0.1:{free_port()}"
+    code = main(["build", "B1_glaive", "--model", str(TINY_MODEL), "--engine", "sglang-http", "--url", url,
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"eagle3-synth build: error: --url {url}: no SGLang server ready there after 0.5s "
+                          "(nothing listens: ClientConnectorError: "), err
+    assert err.endswith("not started, another port, or still loading the model? Rerun when its /health answers 200\n")
+    assert err.count("\n") == 1
 
 
 def test_a_different_served_model_is_a_warning(serve, caplog):

@@ -24,9 +24,10 @@ for the first chunk (queue + prefill) still counts against it: SGLang sends noth
 request is queued. Chunks are reassembled into exactly the ids a non-stream request returns
 (protocol.merge_chunk).
 
-At start, each URL's `/health` is waited for (it answers 503 while the server starts,
-srt/entrypoints/http_server.py:721-737; bounded by `health_timeout_s`), then its server info
-(`/server_info`, or the deprecated `/get_server_info`, http_server.py:853-887: the resolved
+At start, each URL's `/health` is waited for, at most `health_timeout_s`, through refused connections
+(sglang 0.5.23 srt/entrypoints/http_server.py `launch_server` binds its port once the model is loaded)
+and 503s (warming up, :721-737); a host not reached otherwise (no such name) is an error at once.
+Then its server info (`/server_info`, or the deprecated `/get_server_info`, http_server.py:853-887: the resolved
 server args plus the scheduler's `max_req_input_len`, srt/utils/common.py:3584-3593 and
 srt/managers/scheduler.py:1937-1947) is checked: `skip_tokenizer_init` must be true,
 `allow_auto_truncate` false, and the served `model_path` should match the run's model folder
@@ -36,6 +37,7 @@ srt/managers/scheduler.py:1937-1947) is checked: `skip_tokenizer_init` must be t
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -72,6 +74,10 @@ HEALTH_POLL_S = 2.0
 STREAM_INTERVAL = 1024
 # Statuses that say the URL or the key is wrong, not the prompt: they stop the run.
 MISCONFIGURED_STATUS = frozenset({401, 403, 404, 405})
+
+
+class NotListening(ConnectionFailure):
+    """Connection refused: nothing listens at the URL (yet: a server loading its model binds its port last)."""
 
 
 class MisconfiguredServer(EngineError):
@@ -223,6 +229,9 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
         try:
             async with self._get_session().get(url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                 return r.status, await r.read()
+        except aiohttp.ClientConnectorError as exc:  # several addresses refused: that errno too (aiohappyeyeballs 2.7)
+            failure = NotListening if exc.os_error.errno == errno.ECONNREFUSED else ConnectionFailure
+            raise failure(f"{type(exc).__name__}: {exc}") from exc
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
             raise ConnectionFailure(f"{type(exc).__name__}: {exc}") from exc
 
@@ -236,19 +245,28 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
             raise ConfigError(f"--url {url}: no SGLang server answers ({exc})") from None
 
     def wait_healthy(self, url: str) -> None:
-        """Wait until `/health` answers 200; it answers 503 while the server starts or shuts down
-        (sglang 0.5.23 srt/entrypoints/http_server.py:721-737), at most `health_timeout_s`."""
-        deadline = time.monotonic() + self.health_timeout_s
+        """Wait for `/health` to answer 200 (see the module's docstring); said once, when the wait starts."""
+        limit = self.health_timeout_s
+        deadline, waited = time.monotonic() + limit, False
         while True:
-            status, body = self._get_reachable(url, "/health")
+            try:
+                status, body = self._loop.run_until_complete(self._get(url, "/health"))
+                why = f"/health answers HTTP {status}"
+            except NotListening as exc:
+                status, body, why = None, b"", f"nothing listens: {exc}"
+            except ConnectionFailure:  # a few retries, then "no SGLang server answers"
+                status, body = self._get_reachable(url, "/health")
+                why = f"/health answers HTTP {status}"
             if status == 200:
                 return
             if status in MISCONFIGURED_STATUS:
                 raise ConfigError(misconfigured(status, url + "/health", error_text(json_or_text(body))))
             if time.monotonic() + self.health_poll_s > deadline:
-                raise ConfigError(f"--url {url}: /health still answers HTTP {status} after {self.health_timeout_s:g}s "
-                                  "(is the server still loading the model, or stuck?); rerun when it answers 200")
-            log.info("%s/health answers HTTP %d (server starting?); waiting", url, status)
+                raise ConfigError(f"--url {url}: no SGLang server ready there after {limit:g}s ({why}): not started, "
+                                  "another port, or still loading the model? Rerun when its /health answers 200")
+            if not waited:
+                log.info("waiting for the SGLang server at %s to start (%s), at most %gs", url, why, limit)
+                waited = True
             time.sleep(self.health_poll_s)
 
     def resolved_server_args(self) -> dict[str, Any] | None:
@@ -365,6 +383,7 @@ def create(options: EngineOptions) -> SGLangHTTPEngine:
         raise ConfigError(f"--engine-arg {AUTO_TRUNCATE_REFUSED}")
     engine = SGLangHTTPEngine(
         options.urls,
+        health_timeout_s=HEALTH_TIMEOUT_S,
         max_in_flight=DEFAULT_MAX_IN_FLIGHT if options.max_in_flight is None else options.max_in_flight,
         load_driven=options.max_in_flight is None,
         priority=options.priority,
