@@ -42,3 +42,8 @@ class RunIncomplete(Eagle3SynthError):
     def __init__(self, message: str, summary: object = None):
         super().__init__(message)
         self.summary = summary
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during generation (a scheduler's preemption notice): unwinds as Ctrl-C does, journal
+    closed, but the run ends with the resumable status (75, what schedulers requeue on), not 130."""

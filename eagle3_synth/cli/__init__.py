@@ -9,13 +9,18 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import import_module
 
 from eagle3_synth import __version__, exit_status
 from eagle3_synth.cli.progress_bars import third_party_bars_off_unless_terminal
 from eagle3_synth.errors import Eagle3SynthError, EngineDied
+from eagle3_synth.run.kill_points import kill_point
 
 # Subcommand name -> module under eagle3_synth.cli (imported only when used).
 COMMANDS = {
@@ -116,22 +121,34 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `eagle3-synth` command (the console script's entry point): Ctrl-C at any moment, the
+    imports of the command's modules included, ends it with one line and status 130."""
     argv = sys.argv[1:] if argv is None else argv
+    with _ctrl_c_noted():
+        try:
+            kill_point("cli.main")
+            return _main(argv)
+        except KeyboardInterrupt:
+            return _interrupted(_command_in(argv), debug="--debug" in argv)
+
+
+def _main(argv: list[str]) -> int:
     args = make_parser(_command_in(argv)).parse_args(argv)
     third_party_bars_off_unless_terminal()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
-    for noisy in ("httpx", "datasets", "huggingface_hub", "filelock", "fsspec"):
+    # torch sets its own loggers to WARNING when imported; an import cut short by Ctrl-C leaves them at
+    # INFO, and torch's exit handler then logs its FakeTensor cache statistics.
+    for noisy in ("httpx", "datasets", "huggingface_hub", "filelock", "fsspec", "torch"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     prog = f"eagle3-synth {args.command}"
     try:
+        if _CTRL_C.is_set():  # during the imports above, by a library that swallowed its KeyboardInterrupt
+            raise KeyboardInterrupt
         code = args.run(args)
         sys.stdout.flush()  # inside the try: a reader that left shows here, not at the interpreter's exit
         return code
     except KeyboardInterrupt:
-        if args.debug:
-            traceback.print_exc()
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(args.command, debug=args.debug)
     except EngineDied as exc:
         # Not the user's error and not a bug of ours: the engine's; rerunning resumes (75, like --max-hours).
         if args.debug:
@@ -153,6 +170,47 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USER_ERROR
         print(f"{prog}: error: {type(exc).__name__}: {_first_line(exc)} (--debug for the traceback)", file=sys.stderr)
         return EXIT_PROBLEMS
+
+
+# Commands whose work is kept when they stop (a run's journal, finished files): the same command continues.
+RESUMING = frozenset({"build", "generate", "launch", "hidden-states"})
+
+
+def _interrupted(command: str | None, debug: bool) -> int:
+    """Ctrl-C, wherever it came: one line (the traceback only with --debug), status 130."""
+    if debug:
+        traceback.print_exc()
+    prog = f"eagle3-synth {command}" if command else "eagle3-synth"
+    resumes = "; what was written is kept: run the same command again to continue" if command in RESUMING else ""
+    print(f"{prog}: interrupted{resumes}", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+# Set by the SIGINT handler, so a Ctrl-C whose KeyboardInterrupt a library swallowed is still seen.
+_CTRL_C = threading.Event()
+
+
+def _on_ctrl_c(signum: int, frame: object) -> None:
+    _CTRL_C.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _ctrl_c_noted() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt, as Python's own handler does, and is noted: a library that
+    catches everything around an import or a call can lose the exception (measured: a Ctrl-C 1 s into
+    a build, while its modules were imported, and the build ran to its end). Python's handler is put
+    back after (only the main thread can set one)."""
+    _CTRL_C.clear()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # a caller's own SIGINT handling (or SIG_IGN, inherited by a background job) stays
+        return
+    signal.signal(signal.SIGINT, _on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _stdout_to_devnull() -> None:

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, RESUMABLE, USER_ERROR, help_line
-from eagle3_synth.cli.options import (EXIT_FAILED_SAMPLES, EXIT_RESUMABLE, add_generation_arguments, default_run_dir,
-                                      generation_settings, report_dry_run)
+from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, INTERRUPTED, RESUMABLE, USER_ERROR, help_line
+from eagle3_synth.cli.options import (EXIT_FAILED_SAMPLES, add_generation_arguments, default_run_dir,
+                                      generation_settings, report_dry_run, stopped_status)
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
 from eagle3_synth.run.preflight import check_output_folder
@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build",
         help="generate a config (resuming any earlier run) or assemble a generated run, into a Hub-layout folder",
-        description=__doc__ + help_line(DONE, FAILED_SAMPLES, USER_ERROR, RESUMABLE),
+        description=__doc__ + help_line(DONE, FAILED_SAMPLES, USER_ERROR, RESUMABLE, INTERRUPTED),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_generation_arguments(parser)
@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
             rows, files = folder_builds().build_config(args.config, args.out, settings, partial=args.partial,
                                                        on_coverage=lambda coverage: failed.append(
                                                            coverage.finish_reasons.get("abort", 0)))
-        except RunIncomplete:
-            return EXIT_RESUMABLE  # its summary is printed; the run resumes with the same command
+        except RunIncomplete as exc:
+            return stopped_status(exc.summary)  # its summary is printed; the run resumes with the same command
         except NoRowsToWrite as exc:
             raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
     print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, RESUMABLE, USER_ERROR, help_line
+from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, INTERRUPTED, RESUMABLE, USER_ERROR, help_line
 from eagle3_synth.run.generate import dry_run, generate
 from eagle3_synth.cli.options import add_generation_arguments, generation_settings, report_dry_run, report_generation
 
@@ -22,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "generate",
         help="generate one shard of a config into a run directory (no dataset written)",
-        description=__doc__ + help_line(DONE, FAILED_SAMPLES, USER_ERROR, RESUMABLE),
+        description=__doc__ + help_line(DONE, FAILED_SAMPLES, USER_ERROR, RESUMABLE, INTERRUPTED),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_generation_arguments(parser, sharded=True)

@@ -186,13 +186,19 @@ EXIT_FAILED_SAMPLES = exit_status.FAILED_SAMPLES
 
 
 def report_generation(summary: RunSummary) -> int:
-    """Print the end-of-run summary; the exit status says whether the run is complete (75: work
-    left), and clean (1: failed samples)."""
+    """Print the end-of-run summary; the exit status says whether the run is complete (work left:
+    75, or 130 after Ctrl-C), and clean (1: failed samples)."""
     for line in summary.lines():
         print(line)
     if summary.remaining:
-        return EXIT_RESUMABLE
+        return stopped_status(summary)
     return EXIT_FAILED_SAMPLES if summary.errors or summary.failed_before else 0
+
+
+def stopped_status(summary: RunSummary) -> int:
+    """The status of a run that stopped with work left: Ctrl-C's own (130), else resumable (75:
+    --max-hours, SIGTERM, what schedulers requeue on). Either way the same command continues."""
+    return exit_status.INTERRUPTED if summary.stopped == "interrupted" else EXIT_RESUMABLE
 
 
 def report_dry_run(report: DryRun) -> int:

@@ -21,14 +21,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.model_vocab import ModelVocab, check_model_and_tokenizer
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs
 from eagle3_synth.engines import Engine, EngineOptions, SamplingParams, create_engine
-from eagle3_synth.errors import PromptError
+from eagle3_synth.errors import PromptError, Terminated
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, grouped_by_prefix,
@@ -83,7 +82,7 @@ def _sigterm_interrupts() -> Iterator[None]:
         return
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Terminated(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -386,8 +385,8 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
                             todo.discard(turn.rollout.sample_id)
                             summary.endings[following] += 1
                         progress.update(result, finished=not continues)
-            except KeyboardInterrupt:
-                summary.stopped = "interrupted"
+            except KeyboardInterrupt as exc:
+                summary.stopped = "terminated" if isinstance(exc, Terminated) else "interrupted"
             finally:
                 progress.close()
     finally:

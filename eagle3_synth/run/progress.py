@@ -61,7 +61,7 @@ class RunSummary:
     seconds: float = 0.0  # the whole call, tokenizer and engine start-up included
     generation_seconds: float = 0.0  # from the first request (engine up) to the end: what rates are over
     remaining: int = 0  # samples of this shard still without a result when the call ended
-    stopped: str | None = None  # "deadline" (--max-hours) or "interrupted" (SIGTERM, Ctrl-C)
+    stopped: str | None = None  # "deadline" (--max-hours), "terminated" (SIGTERM) or "interrupted" (Ctrl-C)
     # The cap asked for; `length` finishes with fewer tokens mean the engine lowered it to fit the
     # context or the KV budget (SGLang's scheduler does, silently): valid rows, counted apart.
     max_new_tokens: int | None = None
@@ -118,8 +118,8 @@ class RunSummary:
         if self.failed_before:
             lines.append(f"  {self.failed_before} samples failed in an earlier run and were not retried (--retry-errors)")
         if self.remaining:
-            why = {"deadline": "reached --max-hours", "interrupted": "interrupted"}.get(
-                self.stopped or "", "the engine returned no result for some samples")
+            why = {"deadline": "reached --max-hours", "terminated": "stopped by SIGTERM", "interrupted": "interrupted"
+                   }.get(self.stopped or "", "the engine returned no result for some samples")
             lines.append(f"  {why}: {self.remaining} samples left; run the same command again to continue")
         return lines
 

@@ -296,7 +296,8 @@ def test_ctrl_c_outside_generation_exits_130(capsys, monkeypatch, built):
 
     monkeypatch.setattr(build_command, "run", interrupted)
     assert main(build(built)) == 130
-    assert capsys.readouterr().err == "eagle3-synth build: interrupted\n"
+    assert capsys.readouterr().err == ("eagle3-synth build: interrupted; what was written is kept: run the same "
+                                       "command again to continue\n")
 
 
 def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:

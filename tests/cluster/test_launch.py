@@ -110,7 +110,7 @@ def test_failed_shards_are_named_and_the_same_launch_runs_only_them(tmp_path, un
     assert f"eagle3-synth launch: error: B1_glaive: {failed}; read {log}" in printed
     assert ("shards 1, 2, 3 did not run (the executor stopped at the first failure)" in printed) == local
     assert "launch the same command again to run only the unfinished shards" in printed
-    assert "B1_glaive shard 0 of 4: 1 of 8 samples have no result yet (interrupted)" in log.read_text()
+    assert "B1_glaive shard 0 of 4: 1 of 8 samples have no result yet (terminated)" in log.read_text()
     assert not (tmp_path / "sharded").exists()
 
     code, printed = run_cli(["status", str(run_dir)], capsys)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 from eagle3_synth.cli import main
+from eagle3_synth.cli import EXIT_INTERRUPTED
 from eagle3_synth.cli.options import EXIT_RESUMABLE
 from eagle3_synth.run.directory import RunDirectory
 
@@ -36,7 +37,7 @@ KILLS = [
     ("journal.mid_write:3", KILLED),  # 8
     ("journal.after_write:2:TERM", EXIT_RESUMABLE),  # 10: SIGTERM stops cleanly, resumable
     ("journal.mid_write:4", KILLED),  # 13
-    ("journal.after_write:1", KILLED),  # 14
+    ("journal.after_write:1:INT", EXIT_INTERRUPTED),  # 14: Ctrl-C stops cleanly too
     ("journal.mid_write:2", KILLED),  # 15
     ("journal.before_write:2", KILLED),  # 16
     ("journal.mid_write:5", KILLED),  # 20
