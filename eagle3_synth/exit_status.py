@@ -16,10 +16,13 @@ PROBLEMS = 1  # problems found (or an unexpected error)
 FAILED_SAMPLES = PROBLEMS
 USER_ERROR = 2  # one line names the option, file or path at fault; argparse's own status too
 STILL_RUNNING = 3  # `status`: shards still running or pending
-# A generating command that stopped early with work left (--max-hours, SIGTERM, an engine that died):
-# the run is resumable; schedulers can requeue on it (75 is EX_TEMPFAIL, "try again later").
+# A generating command that stopped early with work left (--max-hours, SIGTERM, an engine that died
+# mid-run): the run is resumable; schedulers can requeue on it (75 is EX_TEMPFAIL, "try again later").
+# Only where the same command can succeed: an engine that cannot start as configured is USER_ERROR.
 RESUMABLE = 75
-INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+# Ctrl-C, at whatever moment (128 + SIGINT, what a shell reports for it): one line, never a traceback;
+# what a generating command wrote is kept, and the same command continues.
+INTERRUPTED = 130
 CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` when the reader left early
 
 
@@ -38,14 +41,18 @@ STATUSES = (
                "shard failed or stopped), a build or shard that finished with failed samples (the dataset is "
                "written without them; `--retry-errors` generates them again), or an unexpected error"),
     ExitStatus(USER_ERROR, "USER_ERROR", "a user error, nothing built",
-               "a user error -- a bad option, input, path, or a path the system refuses (full or read-only "
-               "disk: what was journaled is kept) -- said in one line naming it, with nothing built"),
+               "a user error -- a bad option, input, path, a path the system refuses (full or read-only "
+               "disk: what was journaled is kept), or an engine that cannot start as configured (SGLang's "
+               "own reason, e.g. no memory left for its KV cache, and what to change) -- said in one line "
+               "naming it, with nothing built"),
     ExitStatus(STILL_RUNNING, "STILL_RUNNING", "shards still running or pending",
                "`status` only: shards are still running or pending"),
     ExitStatus(RESUMABLE, "RESUMABLE", "stopped early with work left (the same command resumes)",
-               "stopped early with work left (`--max-hours`, SIGTERM, an engine that died): the same "
-               "command resumes"),
-    ExitStatus(INTERRUPTED, "INTERRUPTED", "interrupted", "interrupted (Ctrl-C)"),
+               "stopped early with work left (`--max-hours`, SIGTERM, an engine that died mid-run, a server "
+               "that went away): the same command resumes"),
+    ExitStatus(INTERRUPTED, "INTERRUPTED", "interrupted by Ctrl-C (the same command resumes)",
+               "interrupted by Ctrl-C, at whatever moment (one line, no traceback): what a generating "
+               "command wrote is kept, and the same command continues"),
     ExitStatus(CLOSED_PIPE, "CLOSED_PIPE", "the reader of the output left",
                "the reader of the output left early (`eagle3-synth doctor ... | head`); nothing is printed"),
 )

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -186,6 +187,76 @@ def test_unguarded_script_in_a_spawned_worker_is_refused(monkeypatch):
     cls = FakeEngine.configure(lambda ids, sp: stop_reply(ids), FIELD_NAMES)
     with pytest.raises(ConfigError, match='if __name__ == "__main__"'):
         sglang_engine.launch(cls, FIELDS, EngineOptions(model="/m"))
+
+
+# What sglang 0.5.23's scheduler does when it raises while starting (srt/managers/scheduler.py
+# run_scheduler_process): log the traceback, then SIGQUIT its parent, where the custom_sigquit_handler
+# server argument answers (srt/entrypoints/engine.py). Here: weights that leave no memory for the KV cache.
+NO_KV_MEMORY = ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=-0.049. "
+                "Raise --mem-fraction-static above 0.101 (minimum viable = 1 - available/pre = 0.1003). If using "
+                "speculative decoding, draft weights are now counted.")
+SCHEDULER_FAILS = textwrap.dedent(f"""
+    import os, signal, sys
+    sys.stderr.write("[2026-12-07 20:00:00] Scheduler hit an exception: Traceback (most recent call last):\\n"
+                     '  File "scheduler.py", line 6364, in run_scheduler_process\\n'
+                     {NO_KV_MEMORY!r} + "\\n")
+    sys.stderr.flush()
+    os.kill(os.getppid(), signal.SIGQUIT)
+""")
+SIGQUIT_FIELDS = [*FIELDS, FieldSpec("custom_sigquit_handler", Annotated[Optional[object], "A handler for SIGQUIT."])]
+
+
+class SchedulerFailsAtStart:
+    """`sglang.Engine(**server_args)` whose scheduler process raises while the engine starts."""
+
+    def __init__(self, **kwargs):
+        signal.signal(signal.SIGQUIT, kwargs["custom_sigquit_handler"])  # as Engine._launch_subprocesses does
+        subprocess.run([sys.executable, "-c", SCHEDULER_FAILS], check=True)
+        time.sleep(60)  # the SIGQUIT came before the child ended: its handler raises here at the latest
+        raise AssertionError("the scheduler's SIGQUIT never reached the handler")
+
+
+class RefusesItsArguments:
+    """`sglang.Engine(**server_args)` whose server-argument checks refuse a combination (arg_groups/memory_hook.py)."""
+
+    def __init__(self, **kwargs):
+        raise ValueError("--ple-offload-embedding cannot be combined with\n--cpu-offload-gb or --offload-group-size: "
+                         "generic layer offload would stage the pinned PLE embedding back to the device.")
+
+
+@pytest.fixture
+def sigquit_kept():
+    previous = signal.getsignal(signal.SIGQUIT)
+    yield
+    signal.signal(signal.SIGQUIT, previous)
+
+
+def test_an_engine_that_cannot_start_is_the_users_to_fix_with_sglangs_reason(sigquit_kept):
+    """A start-up failure repeats on every rerun: exit 2 (ConfigError), not 75, with the reason SGLang's
+    scheduler logged and what to change, in one line."""
+    with pytest.raises(ConfigError) as raised:
+        sglang_engine.launch(SchedulerFailsAtStart, SIGQUIT_FIELDS, EngineOptions(model="/m"))
+    assert str(raised.value) == (
+        f"--engine sglang: SGLang could not start: {NO_KV_MEMORY} -- change what it names (SGLang's --flag-name is "
+        "--engine-arg flag_name=VALUE here), or free memory for it; rerun as is and it fails the same way")
+
+    with pytest.raises(ConfigError) as raised:
+        sglang_engine.launch(RefusesItsArguments, FIELDS, EngineOptions(model="/m"))
+    assert str(raised.value) == (
+        "--engine sglang: SGLang could not start: ValueError: --ple-offload-embedding cannot be combined with "
+        "--cpu-offload-gb or --offload-group-size: generic layer offload would stage the pinned PLE embedding back to "
+        "the device. -- change what it names (SGLang's --flag-name is --engine-arg flag_name=VALUE here); rerun as "
+        "is and it fails the same way")
+
+
+def test_a_build_whose_engine_cannot_start_exits_2_in_one_line(tmp_path, monkeypatch, capsys, sigquit_kept):
+    monkeypatch.setattr(sglang_engine, "import_sglang", lambda: (SchedulerFailsAtStart, SIGQUIT_FIELDS))
+    code = main(["build", "B1_glaive", "--model", str(KIMI_TOKENIZER), "--engine", "sglang", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    last = err.splitlines()[-1]
+    assert last.startswith(f"eagle3-synth build: error: --engine sglang: SGLang could not start: {NO_KV_MEMORY} -- ")
+    assert [line for line in err.splitlines() if line.startswith("eagle3-synth")] == [last]
 
 
 @pytest.mark.skipif(HAS_SGLANG, reason="sglang is installed here")

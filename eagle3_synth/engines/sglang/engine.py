@@ -13,7 +13,10 @@
   had mapped, which SGLang's CPU all-reduce leaves behind (processes.py).
 - An engine that dies (a scheduler exception, a killed child) ends the run with `EngineDied`
   (exit 75, resumable) naming the process and the engine's last log lines, instead of SGLang's
-  SIGQUIT handler killing this process with it (processes.py, stderr_tail.py).
+  SIGQUIT handler killing this process with it (processes.py, stderr_tail.py). One that cannot
+  start (a server argument SGLang refuses, weights that leave no memory for the KV cache, a child
+  killed for memory while loading) fails the same way on every rerun: a `ConfigError` (exit 2)
+  with SGLang's own reason in one line and what to change (`start_failure`).
 - SGLang starts its workers with the `spawn` start method, which imports the main script again
   in each worker: a script that builds with this engine must guard its entry point with
   `if __name__ == "__main__":` (the `eagle3-synth` command does).
@@ -28,6 +31,7 @@ import atexit
 import copy
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -256,8 +260,8 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
     except BaseException as exc:
         kill_trees(owned)
         stderr.close()
-        if isinstance(exc, EngineDied):
-            raise EngineDied(f"{exc}; its last log lines:\n    " + "\n    ".join(stderr.lines()[-12:])) from None
+        if isinstance(exc, Exception) and not isinstance(exc, ConfigError):
+            raise ConfigError(start_failure(exc, stderr.lines())) from exc
         raise
     try:
         owned |= set(engine.get_all_child_pids())
@@ -288,6 +292,28 @@ def launch(engine_cls: type, fields: list[FieldSpec], options: EngineOptions) ->
              f"in-flight window following the engine's load, {wrapper.max_in_flight} to start, "
              f"{ceiling} at most")
     return wrapper
+
+
+# The last line of a Python traceback, as SGLang's processes log one ("Scheduler hit an exception: ...").
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S")
+_MEMORY = re.compile(r"memory|\bOOM\b|exit code: -9", re.IGNORECASE)
+
+
+def start_failure(exc: Exception, log_lines: list[str]) -> str:
+    """The one line for an engine that did not start: SGLang's own reason (the last exception its
+    processes logged, else what `Engine()` raised) and what to change; a rerun as is fails the same way."""
+    logged = [line.strip() for line in log_lines if _EXCEPTION_LINE.match(line.strip())]
+    reason = logged[-1] if logged else _one_line(exc)
+    memory = ", or free memory for it" if _MEMORY.search(reason) else ""
+    return (f"--engine sglang: SGLang could not start: {reason} -- change what it names (SGLang's --flag-name is "
+            f"--engine-arg flag_name=VALUE here){memory}; rerun as is and it fails the same way")
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, EngineDied):  # our SIGQUIT handler: a child failed, and its log (above) says why
+        return "one of its processes failed (its log is above)"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def create(options: EngineOptions) -> SGLangEngine:

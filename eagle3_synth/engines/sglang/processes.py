@@ -21,7 +21,8 @@ sends SIGQUIT to this process, and SGLang's handlers answer it by killing this p
 this process included (the launch phase's, srt/entrypoints/engine.py:1968-1982; the running
 phase's, srt/managers/tokenizer_manager.py:4072-4082): eagle3-synth would end with exit 137 and no
 word. We replace both: during launch with SGLang's own `custom_sigquit_handler` server argument
-(`launch_died`), then on the engine's loop (`on_sigquit`); each ends the run with `EngineDied`.
+(`launch_died`: an engine that cannot start, which `engine.launch` reports as the user's to fix, exit
+2), then on the engine's loop (`on_sigquit`: a death mid-run, `EngineDied`, exit 75).
 """
 
 from __future__ import annotations
