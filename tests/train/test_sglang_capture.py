@@ -130,6 +130,31 @@ def test_an_engine_arg_the_capture_sets_is_refused_before_any_engine_starts(monk
     assert started == []
 
 
+def test_sglang_is_sized_for_the_longest_row_it_will_prefill_unless_the_user_says(monkeypatch):
+    """With chunked prefill off SGLang reserves 1.5 MB a token of max_prefill_tokens (16,384 unless
+    set: ~25 GB, more than a 24 GB CPU machine has): the capture sets it from the longest row, not
+    below SGLang's own floor of 2,048; a user's --engine-arg max_prefill_tokens wins, and a server
+    started with another is not refused for it."""
+    from eagle3_synth.train.hidden_states import sglang_capture
+
+    assert plan_capture([2, 4, 5], config("LlamaForCausalLM"), longest=9000).server_args()["max_prefill_tokens"] == 9000
+    short = plan_capture([2, 4, 5], config("LlamaForCausalLM"), longest=300)
+    assert short.server_args()["max_prefill_tokens"] == 2048
+    assert "--max-prefill-tokens 2048" in short.server_flags()
+    assert "max_prefill_tokens" not in plan_capture([2, 4, 5], config("LlamaForCausalLM")).server_args()
+    check_server_args(short, "http://a:1", {**short.server_args(), "speculative_algorithm": None,
+                                            "max_prefill_tokens": 16384})
+
+    started = []
+    monkeypatch.setattr("eagle3_synth.engines.create_engine",
+                        lambda name, engine_options: started.append(engine_options.engine_args) or
+                        SimpleNamespace(close=lambda: None))
+    for given, expected in [({}, 2048), ({"max_prefill_tokens": 512}, 512)]:
+        with sglang_capture.sglang_engine(options(engine="sglang", engine_args={"device": "cpu", **given}), short):
+            pass
+        assert started.pop()["max_prefill_tokens"] == expected
+
+
 def test_servers_whose_hooks_write_to_different_places_are_refused(monkeypatch, tmp_path):
     from eagle3_synth.train.hidden_states import sglang_capture
 

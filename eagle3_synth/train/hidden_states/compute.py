@@ -249,7 +249,8 @@ def plan_files(items: list[Item], layout: Any, options: HiddenStatesOptions, mod
         staging = None
         if options.states_via == "files":
             staging = str(Path(options.states_dir or layout.folder / STAGING).resolve())
-        capture = plan_capture(layers, model_config, staging)
+        longest = max((len(item.input_ids) for item in pending), default=None)
+        capture = plan_capture(layers, model_config, staging, longest)
     return FilePlan(items=mine, pending=pending, layers=layers, hidden_size=hidden,
                     bytes_per_token=layout.bytes_per_token(len(layers), hidden, itemsize), counts=counts, capture=capture)
 

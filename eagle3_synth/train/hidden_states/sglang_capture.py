@@ -18,6 +18,16 @@ recomputed, so its states are not returned) and chunked prefill is off (`chunked
 `batch_result_processor.py:306-341` drops the states of a row's middle chunks); and every row's
 count is checked against its ids anyway (`ShortRow`, naming the row), as is the width.
 
+With chunked prefill off, SGLang sizes its activation reserve from `max_prefill_tokens` (sglang
+0.5.23 srt/arg_groups/memory_hook.py `handle_gpu_memory_settings`: 512 MB + 1.5 MB a token of
+max(max_prefill_tokens, 2048), taken off the device's memory to give `mem_fraction_static`); its
+default, 16,384 tokens, reserves ~25 GB, more than a 24 GB CPU machine has, and the engine cannot
+start. So the capture sets `max_prefill_tokens` to the longest row it will prefill (at least 2,048,
+the reserve's own floor): what one prefill really holds, since SGLang still admits a longer row
+alone when nothing else is batched (srt/managers/schedule_policy.py `PrefillAdder`, "Without
+chunking, allow the first request even above the input cap"). An `--engine-arg max_prefill_tokens`
+of the user's wins; a server started otherwise is not refused for it.
+
 Transport, two ways (`--states-via`):
 - files (the default): our logits-processor hook writes each row's states, in the model's dtype,
   from the scheduler to `<folder>/<rid>.safetensors` (the request carries that id and asks for no
@@ -51,6 +61,11 @@ from eagle3_synth.train.hidden_states.layouts import Item
 FINAL_STATES = 2
 # One prefill: the first output token is sampled from it, and the request ends there.
 PREFILL_ONLY = {"max_new_tokens": 1, "temperature": 0.0}
+# SGLang's floor of the tokens its activation reserve is sized for (memory_hook.py, above): fewer
+# would save no memory, only batch fewer rows.
+MIN_PREFILL_TOKENS = 2048
+# Server arguments the capture sets for SGLang's sizing, not for what comes back: a user's own wins.
+SIZING = frozenset({"max_prefill_tokens"})
 
 
 class ShortRow(EngineError):
@@ -70,6 +85,7 @@ class CapturePlan:
     # Where SGLang's hooks write each row's states (absolute; seen by SGLang and by this process);
     # None: they come back in the response.
     folder: str | None = None
+    longest: int | None = None  # tokens of the longest row to prefill (None: none left)
 
     @property
     def width(self) -> int:
@@ -81,6 +97,8 @@ class CapturePlan:
         """The SGLang server arguments this capture needs (engine kwargs, or a server's flags)."""
         args: dict[str, Any] = {"enable_return_hidden_states": True, "disable_radix_cache": True,
                                 "chunked_prefill_size": -1, "forward_hooks": forward_hooks(self.folder)}
+        if self.longest is not None:
+            args["max_prefill_tokens"] = max(self.longest, MIN_PREFILL_TOKENS)
         if self.sglang_ids is not None:
             args.update(enable_return_aux_hidden_states=True, speculative_algorithm="EAGLE3",
                         return_aux_hidden_state_layer_ids=list(self.sglang_ids))
@@ -127,15 +145,16 @@ class CapturePlan:
         return [by_layer[layer] for layer in self.layers] + [prenorm], normed
 
 
-def plan_capture(layers: Sequence[int], model_config: Any, folder: str | None = None) -> CapturePlan:
+def plan_capture(layers: Sequence[int], model_config: Any, folder: str | None = None,
+                 longest: int | None = None) -> CapturePlan:
     """Map vLLM layer ids to what SGLang captures for this model's family, or refuse naming why;
-    `folder`: the states go through files there (`states_of_rows`)."""
+    `folder`: the states go through files there (`states_of_rows`); `longest`: the longest row's tokens."""
     text = model_config.get_text_config()
     num_layers, hidden = int(text.num_hidden_layers), int(text.hidden_size)
     architecture = (getattr(model_config, "architectures", None) or ["?"])[0]
     aux = sorted(layer for layer in layers if layer != num_layers)  # id n is the pre-norm state we append
     if not aux:
-        return CapturePlan(tuple(layers), num_layers, hidden, architecture, None, (), folder)
+        return CapturePlan(tuple(layers), num_layers, hidden, architecture, None, (), folder, longest)
     problem = capture_problem(num_layers, aux)
     named = sglang_ids_for(architecture, num_layers, aux)
     if problem is None and (named is None or min(named) < 0):
@@ -146,7 +165,7 @@ def plan_capture(layers: Sequence[int], model_config: Any, folder: str | None = 
     if problem is not None:
         raise ConfigError(f"--engine sglang: --layers {' '.join(map(str, layers))}: {problem}; the transformers "
                           "engine captures any layer")
-    return CapturePlan(tuple(layers), num_layers, hidden, architecture, tuple(named), tuple(aux), folder)
+    return CapturePlan(tuple(layers), num_layers, hidden, architecture, tuple(named), tuple(aux), folder, longest)
 
 
 def check_server_args(plan: CapturePlan, url: str, info: dict[str, Any]) -> CapturePlan:
@@ -160,8 +179,8 @@ def check_server_args(plan: CapturePlan, url: str, info: dict[str, Any]) -> Capt
         have = info.get(key)
         if key == "chunked_prefill_size":
             ok = have is not None and int(have) <= 0
-        elif key == "speculative_algorithm":
-            continue  # dropped by SGLang's validation hook once it has turned on the capture
+        elif key == "speculative_algorithm" or key in SIZING:
+            continue  # dropped by SGLang's validation hook once it has turned on the capture; the server's to size
         elif key == "forward_hooks":
             ok = _without_folder(have) == _without_folder(value)
         else:
@@ -237,11 +256,11 @@ def sglang_engine(options: Any, capture: CapturePlan) -> Iterator[tuple[Any, Cap
 
     wanted = capture.server_args()
     if options.engine == "sglang":
-        clash = sorted(key for key in wanted if key in options.engine_args)
+        clash = sorted(key for key in wanted if key in options.engine_args and key not in SIZING)
         if clash:
             raise ConfigError(f"--engine-arg {', '.join(clash)}: set by hidden-states itself (the capture runs SGLang "
                               f"with {plan_text(wanted)})")
-        engine_args = {**options.engine_args, **wanted}
+        engine_args = {**wanted, **options.engine_args}
     else:
         engine_args = dict(options.engine_args)
     engine_options = EngineOptions(model=options.model, dtype=options.dtype, urls=tuple(options.urls),
