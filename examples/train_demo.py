@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     states = ["hidden-states", ds, *args.configs, "--format", "speculators", "--prepared", prepared, "--model", MODEL,
               "--layers", *args.layers, "--no-progress"]
     if args.hidden_states_engine == "sglang":
+        # mem_fraction_static 0.1: a KV cache of a few GB, not one sized to all free memory (docs/guides/engines.md).
         states += ["--engine", "sglang", "--dtype", "bfloat16", "--engine-arg", "device=cpu",
                    "--engine-arg", "mem_fraction_static=0.1"]
         show(states)

@@ -109,6 +109,8 @@ class RealServer:
         return default_python()
 
     def command(self) -> list[str]:
+        # --mem-fraction-static 0.1: a KV cache of a few GB, not one sized to all the memory free
+        # (tests/support/real_sglang.py).
         return [str(self.python()), "-m", "sglang.launch_server", "--model-path", str(self.model),
                 "--device", "cpu", "--dtype", "bfloat16", "--skip-tokenizer-init", "--host", "127.0.0.1",
                 "--port", str(self.port), "--mem-fraction-static", "0.1", "--log-level", "warning",

@@ -8,6 +8,10 @@ EAGLE3_SYNTH_REQUIRE_SGLANG=1 (CI): there a missing venv fails. EAGLE3_SYNTH_SGL
 points at another interpreter with SGLang (and this package) installed.
 
 Every model here runs in bfloat16: SGLang's CPU kernels have no other dtype (engines/sglang/args.py).
+Every engine and server runs with mem_fraction_static 0.1: none needs it to start, but without it
+SGLang sizes its KV cache from the memory free when it starts and fills it (20-22 GB resident for
+the tiny model on a 24 GB machine, docs/guides/engines.md), and these tests run engines beside each
+other and beside the rest of the suite.
 """
 
 from __future__ import annotations

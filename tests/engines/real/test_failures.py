@@ -98,6 +98,32 @@ def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_r
     assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
 
 
+def test_an_engine_that_cannot_start_exits_2_with_sglangs_reason_in_one_line(tmp_path):
+    """Chunked prefill off and a million-token prefill: SGLang 0.5.23 reserves 1.5 MB a token for
+    activations (srt/arg_groups/memory_hook.py), its mem_fraction_static comes out negative on any
+    machine, and its scheduler raises while starting. A rerun would fail the same way: exit 2 (not
+    75), one line with SGLang's reason."""
+    command = [str(Path(sglang_python()).parent / "eagle3-synth"), "build", CONFIG, *GREEDY, "--engine", "sglang",
+               "--engine-arg", "device=cpu", "--engine-arg", "chunked_prefill_size=-1",
+               "--engine-arg", "max_prefill_tokens=1000000", "--out", str(tmp_path / "out")]
+    with open(tmp_path / "log", "wb") as handle:
+        run = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=sglang_env())
+    try:
+        code = run.wait(HANG)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    text = (tmp_path / "log").read_text()
+    assert code == 2, text[-3000:]
+    last = [line for line in text.split("\n") if line.startswith("eagle3-synth build: error:")]
+    assert len(last) == 1 and text.rstrip("\n").endswith(last[0]), text[-3000:]
+    assert last[0].startswith("eagle3-synth build: error: --engine sglang: SGLang could not start: ValueError: Loaded "
+                              "weights leave no GPU memory for the KV cache under --mem-fraction-static="), last[0]
+    assert last[0].endswith("-- change what it names (SGLang's --flag-name is --engine-arg flag_name=VALUE here), "
+                            "or free memory for it; rerun as is and it fails the same way")
+
+
 def stopped_http_run(url: str, out: Path, log: Path, *extra: str) -> subprocess.Popen:
     """An sglang-http build of CONFIG (this interpreter's eagle3-synth), stopped (SIGSTOP) by
     itself after its second result."""

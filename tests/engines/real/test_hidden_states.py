@@ -16,6 +16,7 @@ differs by 0.7-20x the scale.
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -33,6 +34,7 @@ from ...train.test_hidden_states import prepare_like_speculators
 pytestmark = pytest.mark.slow
 CONFIG = "B1_glaive"
 BOUND = 2 ** -4
+# mem_fraction_static: a small KV cache beside the rest of the suite, not needed to start (the sizing test below).
 ENGINE_ARGS = ["--engine-arg", "device=cpu", "--engine-arg", "mem_fraction_static=0.1"]
 FLAGS_LINE = "SGLang server flags for these states: "
 
@@ -122,6 +124,41 @@ def compare_speculators(got: Path, want: Path) -> None:
         assert torch.equal(g["token_ids"], w["token_ids"]) and g["hidden_states"].dtype == torch.bfloat16
         for k in range(w["hidden_states"].shape[1]):
             assert_close_states(g["hidden_states"][:, k], w["hidden_states"][:, k], f"{name} state {k}")
+
+
+SIZING = """
+import json, sys
+from sglang.srt.arg_groups.overrides import resolved_view
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.common import get_device_memory_capacity
+for given in json.loads(sys.argv[1]):
+    args = ServerArgs(**given)
+    args.resolve_once()
+    print(json.dumps([get_device_memory_capacity("cpu"), resolved_view(args).mem_fraction_static]))
+"""
+
+
+def test_sglangs_own_sizing_of_the_capture_reserves_what_its_longest_row_needs():
+    """SGLang 0.5.23 resolving the server arguments the capture starts it with (no engine started):
+    with chunked prefill off it reserves 1.5 MB a token of max_prefill_tokens for activations, taken
+    off the machine's memory for mem_fraction_static. Its default (16,384 tokens, ~25 GB) left a 24 GB
+    machine a negative mem_fraction_static; the capture's (the longest row, at least 2,048) leaves a
+    few GB, or SGLang's own 10 GB floor above 60 GB (srt/arg_groups/memory_hook.py)."""
+    from transformers import AutoConfig
+
+    from eagle3_synth.train.hidden_states.sglang_capture import plan_capture
+
+    plan = plan_capture([1, 2], AutoConfig.from_pretrained(TINY_MODEL), longest=300)
+    base = {"model_path": str(TINY_MODEL), "device": "cpu", "dtype": "bfloat16", "skip_tokenizer_init": True}
+    ours = {**base, **plan.server_args()}
+    default = {key: value for key, value in ours.items() if key != "max_prefill_tokens"}
+    done = subprocess.run([str(sglang_python()), "-c", SIZING, json.dumps([ours, default])], capture_output=True,
+                          text=True, env=sglang_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (capacity, fraction), (_, default_fraction) = map(json.loads, done.stdout.splitlines()[-2:])
+    rounding = capacity * 0.0005  # SGLang rounds the fraction to 3 decimals
+    assert capacity * (1 - default_fraction) >= 16384 * 1.5 - rounding  # what the default reserves
+    assert capacity * (1 - fraction) <= max(512 + 2048 * 1.5 + 1024, 10 * 1024) + rounding
 
 
 def test_in_process_sglang_writes_the_transformers_states_and_passes_check(built, tmp_path):
