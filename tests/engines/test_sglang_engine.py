@@ -259,6 +259,36 @@ def test_a_build_whose_engine_cannot_start_exits_2_in_one_line(tmp_path, monkeyp
     assert [line for line in err.splitlines() if line.startswith("eagle3-synth")] == [last]
 
 
+def report_sigint(queue) -> None:
+    queue.put(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+
+
+class SpawnsItsProcesses:
+    """The class fields sglang.Engine 0.5.23 starts its processes with (srt/entrypoints/engine.py)."""
+
+    run_scheduler_process_func = staticmethod(report_sigint)
+    run_detokenizer_process_func = staticmethod(report_sigint)
+
+
+def test_the_engines_processes_leave_ctrl_c_to_us():
+    """Spawned as SGLang spawns them (the target pickled): they ignore SIGINT, so a terminal's Ctrl-C
+    to the process group stops the run in this process only."""
+    import multiprocessing
+
+    from eagle3_synth.engines.sglang.processes import without_ctrl_c
+
+    engine_cls = without_ctrl_c(SpawnsItsProcesses)
+    assert issubclass(engine_cls, SpawnsItsProcesses)
+    context = multiprocessing.get_context("spawn")
+    for target in (engine_cls.run_scheduler_process_func, engine_cls.run_detokenizer_process_func):
+        queue = context.Queue()
+        process = context.Process(target=target, args=(queue,))
+        process.start()
+        assert queue.get(timeout=120) is True
+        process.join(120)
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process's own stays
+
+
 @pytest.mark.skipif(HAS_SGLANG, reason="sglang is installed here")
 def test_without_sglang_the_engine_says_how_to_get_it():
     with pytest.raises(ConfigError, match=r"pip install 'eagle3-synth\[sglang\]'"):

@@ -42,7 +42,7 @@ from eagle3_synth.engines.retry import RetryPolicy
 from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
 from eagle3_synth.engines.sglang.processes import (bind_loop_keep_sigterm, callers_sigterm, exited, guarded_shutdown, kill_trees,
                                                   launch_died, mapped_shm_segments, on_sigquit, owned_children, process_names,
-                                                  unlink_segments)
+                                                  unlink_segments, without_ctrl_c)
 from eagle3_synth.engines.sglang.stderr_tail import StderrTail
 from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, is_transient_status,
                                                   prefill_hidden_states, result_with_retries, sent_priority,
@@ -214,16 +214,17 @@ def check_spawn_safe() -> None:
 
 
 def import_sglang() -> tuple[type, list[FieldSpec]]:
-    """`sglang.Engine` and the `ServerArgs` fields, or a ConfigError saying how to get SGLang."""
+    """`sglang.Engine` (its processes leaving Ctrl-C to us) and the `ServerArgs` fields, or a ConfigError
+    saying how to get SGLang. The class itself, not `sglang.Engine`, a lazy import (sglang/__init__.py)."""
     try:
-        import sglang
+        from sglang.srt.entrypoints.engine import Engine
         from sglang.srt.server_args import ServerArgs
     except ImportError as exc:
         raise ConfigError(
             f"--engine sglang needs SGLang in this environment ({exc}). On a GPU node: "
             "pip install 'eagle3-synth[sglang]'; or start an SGLang server and use --engine sglang-http --url ..."
         ) from None
-    return sglang.Engine, server_args_fields(ServerArgs)
+    return without_ctrl_c(Engine), server_args_fields(ServerArgs)
 
 
 def check_not_a_follower(kwargs: dict) -> None:

@@ -23,6 +23,10 @@ phase's, srt/managers/tokenizer_manager.py:4072-4082): eagle3-synth would end wi
 word. We replace both: during launch with SGLang's own `custom_sigquit_handler` server argument
 (`launch_died`: an engine that cannot start, which `engine.launch` reports as the user's to fix, exit
 2), then on the engine's loop (`on_sigquit`: a death mid-run, `EngineDied`, exit 75).
+
+Leave Ctrl-C to the caller: the engine's processes ignore SIGINT (`without_ctrl_c`), so a terminal's
+Ctrl-C, sent to the whole process group, stops the run once, in this process (exit 130), instead of
+each of them printing a traceback and dying.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +192,25 @@ def exited(pids: set[int]) -> dict[int, int | None]:
         if done:
             ended[pid] = os.waitstatus_to_exitcode(status)
     return ended
+
+
+def without_ctrl_c(engine_cls: type) -> type:
+    """`engine_cls` (sglang.Engine) whose scheduler and detokenizer processes ignore SIGINT, through the
+    class fields SGLang keeps for launching its processes otherwise (sglang 0.5.23 srt/entrypoints/
+    engine.py `Engine.run_scheduler_process_func`, `run_detokenizer_process_func`). A terminal's Ctrl-C
+    reaches the whole foreground process group: each of them would print its KeyboardInterrupt traceback
+    and die. This process owns Ctrl-C, and stops them itself (`close()`)."""
+    class Engine(engine_cls):  # type: ignore[misc, valid-type] - a class statement keeps SGLang's metaclass
+        run_scheduler_process_func = staticmethod(partial(ignoring_ctrl_c, engine_cls.run_scheduler_process_func))
+        run_detokenizer_process_func = staticmethod(partial(ignoring_ctrl_c, engine_cls.run_detokenizer_process_func))
+
+    return Engine
+
+
+def ignoring_ctrl_c(target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`target(*args, **kwargs)` in one of SGLang's processes, SIGINT ignored (module-level: spawn pickles it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return target(*args, **kwargs)
 
 
 def launch_died(signum: int, frame: Any) -> None:

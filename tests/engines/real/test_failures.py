@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_synth.cli import EXIT_RESUMABLE, main
+from eagle3_synth.cli import EXIT_INTERRUPTED, EXIT_RESUMABLE, main
 from eagle3_synth.engines.sglang.processes import descendants
 from eagle3_synth.run.kill_points import KILL_ENV
 
@@ -96,6 +96,45 @@ def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_r
     done = subprocess.run(in_process_build(tmp_path), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+
+
+def test_a_terminals_ctrl_c_mid_run_ends_it_with_130_in_one_line_and_the_rerun_completes(reference, tmp_path):
+    """A terminal's Ctrl-C is SIGINT to the whole foreground process group, SGLang's scheduler and
+    detokenizer included: they leave it to eagle3-synth (no traceback of theirs, no engine death
+    reported), which stops once, with 130, its journal intact."""
+    log = tmp_path / "first.log"
+    with open(log, "wb") as handle:
+        run = subprocess.Popen(in_process_build(tmp_path), stdout=handle, stderr=subprocess.STDOUT,
+                               env={**sglang_env(), **STOP_AFTER_TWO}, start_new_session=True)
+    try:
+        wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
+        assert run.poll() is None, log.read_text()[-3000:]
+        engine_processes = descendants(run.pid)
+        assert named(engine_processes, "sglang::scheduler"), engine_processes
+        os.killpg(run.pid, signal.SIGINT)  # the run leads a session of its own: its group is the terminal's
+        os.kill(run.pid, signal.SIGCONT)
+        code = run.wait(HANG)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    text = log.read_text()
+    assert code == EXIT_INTERRUPTED, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    last = text.rstrip("\n").split("\n")[-1]
+    assert last.startswith("  interrupted: ") and last.endswith(" samples left; run the same command again to continue")
+    # Killed on the way out; orphans once the run has exited, so they end (and are reaped) a moment later.
+    wait_until(lambda: not [pid for pid in engine_processes if running(pid)], "the engine's processes to end")
+    done = subprocess.run(in_process_build(tmp_path), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_an_engine_that_cannot_start_exits_2_with_sglangs_reason_in_one_line(tmp_path):
