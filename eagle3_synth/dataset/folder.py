@@ -31,7 +31,7 @@ from eagle3_synth.files import write_text_whole
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.dataset.card import config_data_files, display_name, render_card
 from eagle3_synth.dataset.folder_lock import folder_lock
-from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_rows
+from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_bytes, parquet_rows
 from eagle3_synth.prompts.held_out import SPLITS
 from eagle3_synth.run.directory import RUN_FILE, run_dir_under
 from eagle3_synth.run.kill_points import kill_point
@@ -184,6 +184,8 @@ def _write_readme(folder: Path, num_rows: Mapping[str, int] | None) -> Path:
         # Each build's own shards, so a rebuilt folder is a new dataset to datasets' cache.
         data_files={c: config_data_files(c, shard_fingerprint(folder, c), c in validation_rows) for c in configs},
         validation_rows=validation_rows,
+        split_bytes={c: {s: parquet_bytes(files) for s in SPLITS if (files := config_files(folder, c, s))}
+                     for c in configs},
     )
     path = folder / "README.md"
     kill_point("readme.rendered")
