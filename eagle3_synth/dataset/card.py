@@ -31,6 +31,10 @@ TAGS = ["eagle3", "speculative-decoding", "synthetic", "reasoning", "tool-callin
 _LICENSE_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
 _HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
+# The first line after the front matter of every card rendered here: how a folder's README.md is
+# known to be ours (`dataset.folder.is_our_card`), so a build rewrites it and nobody else's. An HTML
+# comment: the Hub page does not show it.
+CARD_MARKER = "<!-- eagle3-synth dataset card: rendered from the files beside it; every build rewrites it -->"
 
 
 def config_data_files(config: str, fingerprint: str | None = None, validation: bool = False) -> list[dict[str, str]]:
@@ -240,7 +244,7 @@ def render_card(
     if missing:
         raise ValueError(f"{CARD_TEMPLATE} names placeholders nothing fills: {missing}")
     body = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
-    return f"---\n{data.to_yaml()}\n---\n\n{body}"
+    return f"---\n{data.to_yaml()}\n---\n\n{CARD_MARKER}\n\n{body}"
 
 
 # What the preview columns (`publish.tree.PREVIEW_COLUMNS`) hold, for the card's column table.

@@ -209,11 +209,12 @@ def write_shards(batches: Iterable[pa.RecordBatch], target: Path, schema: pa.Sch
 
 
 def install_shards(sources: Sequence[str | Path], folder: Path, config: str,
-                   validation: Sequence[str | Path] = ()) -> list[Path]:
+                   validation: Sequence[str | Path] = (), texts: Mapping[str, str] | None = None) -> list[Path]:
     """Move freshly written Parquet shards into `<folder>/<config>/` as `shard_name(i, N, fp)`, `fp`
     the `build_fingerprint` of their bytes (in name order; the `validation` split's after the
     train's, named `validation-<fp>-...`); the installed paths. Without `validation` the names are
-    those of a train-only build.
+    those of a train-only build. `texts` (file name -> text) are written beside them (the
+    config's provenance), so they are swapped in with the shards.
 
     The new files are staged beside the old ones and swapped in with renames, so an interrupted
     build never leaves a config half old, half new.
@@ -230,6 +231,8 @@ def install_shards(sources: Sequence[str | Path], folder: Path, config: str,
             dest = staging / shard_name(i, len(files), fingerprint, split)
             shutil.move(source, dest)
             installed.append(target / dest.name)
+    for name, text in (texts or {}).items():
+        (staging / name).write_text(text, encoding="utf-8")
     old = None
     if target.exists():
         old = folder / f".{config}-old"

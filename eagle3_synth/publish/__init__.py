@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3_synth.dataset.card import DEFAULT_CONFIG
-from eagle3_synth.dataset.folder import built_configs
+from eagle3_synth.dataset.folder import PUBLISH_STAGING, built_configs
 from eagle3_synth.dataset.stores import REPO_ID
 from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
@@ -86,8 +86,8 @@ def _stage_root(options: PublishOptions) -> tuple[Path, bool, bool]:
     if options.stage_dir is not None:
         return Path(options.stage_dir), False, False
     if options.dry_run:
-        return Path(options.folder) / ".publish" / options.tag, True, False
-    return Path(tempfile.mkdtemp(prefix=".publish-", dir=options.folder)), True, True
+        return Path(options.folder) / PUBLISH_STAGING / options.tag, True, False
+    return Path(tempfile.mkdtemp(prefix=f"{PUBLISH_STAGING}-", dir=options.folder)), True, True
 
 
 def _api(options: PublishOptions):

@@ -38,6 +38,7 @@ from datasets import Features, Value
 from huggingface_hub import DatasetCard
 
 from eagle3_synth.dataset.folder import (
+    RUN_DIR_KEY,
     RUN_INFO_FILE,
     config_files,
     display_name,
@@ -134,8 +135,10 @@ def write_config_shards(
 
 
 def _public_run_info(info: dict[str, Any]) -> dict[str, Any]:
-    """run_info with local paths replaced by their display names: a local folder layout is private."""
+    """run_info with local paths replaced by their display names, and without the run directory
+    (what a later build compares, `check_out_folder`): a local folder layout is private."""
     info = json.loads(json.dumps(info))
+    info.pop(RUN_DIR_KEY, None)
     meta, display = info.get("meta", {}), info.get("display", {})
     for key in ("model", "tokenizer"):
         if meta.get(key):
