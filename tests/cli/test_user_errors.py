@@ -120,7 +120,8 @@ CASES = [
     number("--shard-index", "-1", "--shard-index must be >= 0, got -1", command="generate"),
     # -- usage --
     Case("unknown option", lambda w: build(w, "--temprature", "0"),
-         lambda w: "eagle3-synth: error: unrecognized arguments: --temprature 0 (see eagle3-synth --help)"),
+         lambda w: "eagle3-synth build: error: unrecognized arguments: --temprature 0 (did you mean --temperature?) "
+                   "(see eagle3-synth build --help)"),
     Case("no --out", lambda w: ["build", CONFIG, *replay_args(w)],
          lambda w: "eagle3-synth build: error: the following arguments are required: --out"),
     Case("generate without --run-dir", lambda w: ["generate", CONFIG, *replay_args(w)],
