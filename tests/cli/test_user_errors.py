@@ -128,7 +128,8 @@ CASES = [
          lambda w: "eagle3-synth generate: error: the following arguments are required: --run-dir"),
     # -- devices --
     Case("--device on another engine", lambda w: build(w, "--device", "cpu"),
-         lambda w: "--device applies to --engine transformers only, not --engine replay"),
+         lambda w: "--device is not used by --engine replay, only by --engine transformers: give --engine "
+                   "transformers, or drop --device"),
     Case("--device nonsense", lambda w: ["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", PROMPTS,
                                          "--device", "gpu0", "--out", str(w / "new")],
          lambda w: "--device gpu0: not a torch device", new_out="new"),
