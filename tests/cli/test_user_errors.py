@@ -120,14 +120,16 @@ CASES = [
     number("--shard-index", "-1", "--shard-index must be >= 0, got -1", command="generate"),
     # -- usage --
     Case("unknown option", lambda w: build(w, "--temprature", "0"),
-         lambda w: "eagle3-synth: error: unrecognized arguments: --temprature 0 (see eagle3-synth --help)"),
+         lambda w: "eagle3-synth build: error: unrecognized arguments: --temprature 0 (did you mean --temperature?) "
+                   "(see eagle3-synth build --help)"),
     Case("no --out", lambda w: ["build", CONFIG, *replay_args(w)],
          lambda w: "eagle3-synth build: error: the following arguments are required: --out"),
     Case("generate without --run-dir", lambda w: ["generate", CONFIG, *replay_args(w)],
          lambda w: "eagle3-synth generate: error: the following arguments are required: --run-dir"),
     # -- devices --
     Case("--device on another engine", lambda w: build(w, "--device", "cpu"),
-         lambda w: "--device applies to --engine transformers only, not --engine replay"),
+         lambda w: "--device is not used by --engine replay, only by --engine transformers: give --engine "
+                   "transformers, or drop --device"),
     Case("--device nonsense", lambda w: ["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", PROMPTS,
                                          "--device", "gpu0", "--out", str(w / "new")],
          lambda w: "--device gpu0: not a torch device", new_out="new"),
