@@ -5,13 +5,20 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo test docs clean speculators-venv specforge-venv sglang-venv train-demo specforge-train-demo
 
+# Each long step says what it does and about how long it takes (measured with a warm pip cache on 2
+# cores; a cold cache adds the downloads); pip's own output goes to install.log, shown on failure.
 $(BIN)/eagle3-synth: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@echo "setup: creating $(VENV) (pip's output goes to $(VENV)/install.log)"
+	@$(PYTHON) -m venv $(VENV)
 	@# pip's own notices (setuptools' editable-install note, index locations) go to a log, shown on failure
-	$(BIN)/pip install --quiet --upgrade pip >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
-	$(BIN)/pip install --quiet torch==2.13.0 >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
-	$(BIN)/pip install --quiet -e '.[test]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
-	touch $@
+	@echo "setup: upgrading pip, ~10 s"
+	@$(BIN)/pip install --quiet --upgrade pip >$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@echo "setup: installing torch 2.13.0 (CPU) into $(VENV), ~1 min"
+	@$(BIN)/pip install --quiet torch==2.13.0 >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@echo "setup: installing eagle3-synth (editable) with transformers, datasets and the test tools, ~2 min"
+	@$(BIN)/pip install --quiet -e '.[test]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@touch $@
+	@echo "setup: $(VENV) ready ($$($(BIN)/pip list --format=freeze | grep -iE '^(torch|transformers|datasets)=' | paste -sd ' '))"
 
 setup: $(BIN)/eagle3-synth
 
@@ -25,7 +32,8 @@ test: setup
 # fails. The reference pages come from `python docs/generate.py` (tests/test_docs.py checks them).
 # `.venv/bin/mkdocs serve` shows the site while writing.
 docs: setup
-	$(BIN)/pip install --quiet -e '.[docs]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@echo "docs: installing mkdocs and mkdocs-material into $(VENV), ~20 s"
+	@$(BIN)/pip install --quiet -e '.[docs]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # speculators 0.9.0 in a virtual environment of its own (it pins older datasets/transformers than
@@ -39,13 +47,16 @@ SPEC_LOG := $(SPEC_VENV)/install.log
 SPEC_DONE := $(SPEC_VENV)/installed
 
 $(SPEC_DONE): examples/speculators-requirements.txt
-	rm -rf $(SPEC_VENV)
-	$(PYTHON) -m venv $(SPEC_VENV)
-	$(SPEC_BIN)/pip install --quiet --upgrade pip >$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	$(SPEC_BIN)/pip install --quiet torch==2.13.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SPEC_VENV)/torch-before.txt
-	$(SPEC_BIN)/pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	$(SPEC_BIN)/pip install --quiet -r examples/speculators-requirements.txt >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	@echo "$(SPEC_VENV): creating it afresh (pip's output goes to $(SPEC_LOG))"
+	@rm -rf $(SPEC_VENV)
+	@$(PYTHON) -m venv $(SPEC_VENV)
+	@$(SPEC_BIN)/pip install --quiet --upgrade pip >$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	@echo "$(SPEC_VENV): installing torch 2.13.0 (CPU), ~1 min"
+	@$(SPEC_BIN)/pip install --quiet torch==2.13.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	@$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SPEC_VENV)/torch-before.txt
+	@echo "$(SPEC_VENV): installing speculators 0.9.0, then its requirements (examples/speculators-requirements.txt), ~30 s"
+	@$(SPEC_BIN)/pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
+	@$(SPEC_BIN)/pip install --quiet -r examples/speculators-requirements.txt >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
 	$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(SPEC_VENV)/torch-before.txt - \
 		|| (echo "$(SPEC_VENV): speculators' dependencies changed torch (lines above); not using it"; exit 1)
 	@echo "$(SPEC_VENV): $$(grep -i '^torch=' $(SPEC_VENV)/torch-before.txt), nvidia-* packages: $$(grep -ic '^nvidia-' $(SPEC_VENV)/torch-before.txt)"
@@ -67,14 +78,17 @@ SF_LOG := $(SF_VENV)/install.log
 SF_DONE := $(SF_VENV)/installed
 
 $(SF_DONE): examples/specforge-requirements.txt
-	rm -rf $(SF_VENV)
-	$(PYTHON) -m venv $(SF_VENV)
-	$(SF_BIN)/pip install --quiet --upgrade pip >$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	$(SF_BIN)/pip install --quiet torch==2.13.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SF_VENV)/torch-before.txt
-	$(SF_BIN)/pip install --quiet --no-deps specforge==0.2.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	@echo "$(SF_VENV): creating it afresh (pip's output goes to $(SF_LOG))"
+	@rm -rf $(SF_VENV)
+	@$(PYTHON) -m venv $(SF_VENV)
+	@$(SF_BIN)/pip install --quiet --upgrade pip >$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	@echo "$(SF_VENV): installing torch 2.13.0 (CPU), ~1 min"
+	@$(SF_BIN)/pip install --quiet torch==2.13.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	@$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SF_VENV)/torch-before.txt
+	@echo "$(SF_VENV): installing SpecForge 0.2.0, then what its offline training imports (examples/specforge-requirements.txt), ~30 s"
+	@$(SF_BIN)/pip install --quiet --no-deps specforge==0.2.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
 	@# pip warns that SpecForge's own pins (torch 2.11.0, sglang ...) are unmet: that is the point.
-	$(SF_BIN)/pip install --quiet -r examples/specforge-requirements.txt >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
+	@$(SF_BIN)/pip install --quiet -r examples/specforge-requirements.txt >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
 	$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(SF_VENV)/torch-before.txt - \
 		|| (echo "$(SF_VENV): SpecForge's dependencies changed torch (lines above); not using it"; exit 1)
 	! $(SF_BIN)/pip list --format=freeze | grep -iE '^(nvidia-|sglang|triton)' \
@@ -104,17 +118,23 @@ SGL_LOG := $(SGL_VENV)/install.log
 SGL_DONE := $(SGL_VENV)/installed
 
 $(SGL_DONE): examples/sglang-requirements.txt examples/sglang_cpu/build_kernels.py examples/sglang_cpu/attention_0_5_23.cpp examples/sglang_cpu/cpu_plugin.py pyproject.toml
-	rm -rf $(SGL_VENV)
-	$(PYTHON) -m venv $(SGL_VENV)
-	$(SGL_BIN)/pip install --quiet --upgrade pip >$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
-	$(SGL_BIN)/pip install --quiet --no-deps sglang==0.5.23 >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): creating it afresh (pip's output and the kernel build's go to $(SGL_LOG))"
+	@rm -rf $(SGL_VENV)
+	@$(PYTHON) -m venv $(SGL_VENV)
+	@$(SGL_BIN)/pip install --quiet --upgrade pip >$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): installing sglang 0.5.23 (without its CUDA-only requirements), ~10 s"
+	@$(SGL_BIN)/pip install --quiet --no-deps sglang==0.5.23 >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
 	@# pip warns that sglang's CUDA-only requirements are unmet: that is the point.
-	$(SGL_BIN)/pip install --quiet -r examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): installing its requirements, torch 2.14.1 among them (examples/sglang-requirements.txt, ~5 GB), ~3-6 min"
+	@$(SGL_BIN)/pip install --quiet -r examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
 	@# This package, with sglang's pins held (torch, transformers, tokenizers as sglang needs them).
-	$(SGL_BIN)/pip install --quiet -e . -c examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
-	$(SGL_BIN)/python -m examples.sglang_cpu.build_kernels >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): installing eagle3-synth (editable) with sglang's pins held, ~20 s"
+	@$(SGL_BIN)/pip install --quiet -e . -c examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): SGLang's CPU kernels from its source (examples/sglang_cpu/build_kernels.py): 5-8 min on 2 idle cores the first time (20 on a busy machine), seconds once cached"
+	@$(SGL_BIN)/python -m examples.sglang_cpu.build_kernels >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
 	@grep '^sgl_kernel' $(SGL_LOG)
-	$(SGL_BIN)/python -m examples.sglang_cpu.check_engine >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
+	@echo "$(SGL_VENV): checking it with a one-prompt generate on the tiny model, ~1 min"
+	@$(SGL_BIN)/python -m examples.sglang_cpu.check_engine >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
 	@echo "$(SGL_VENV): $$($(SGL_BIN)/pip list --format=freeze | grep -iE '^(torch|sglang|sglang-router|transformers)=' | tr '\n' ' ')"
 	touch $@
 

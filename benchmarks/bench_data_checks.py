@@ -73,10 +73,8 @@ def write_dataset(out: Path, rows: int, seed: int = 0) -> int:
     if batch:
         writer.write_table(pa.Table.from_pylist(batch, schema=FEATURES.arrow_schema))
     writer.close()
-    from dataclasses import asdict
-
     info = {"fields": {"config": CONFIG, "template_kwargs": {}, "profile": "kimi_k2"},
-            "meta": {"tokenizer": str(TOKENIZER), "markers": asdict(markers)}}
+            "meta": {"tokenizer": str(TOKENIZER), "markers": markers.to_json()}}
     (out / CONFIG / "run_info.json").write_text(json.dumps(info), encoding="utf-8")
     return total_ids
 

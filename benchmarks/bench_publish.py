@@ -3,9 +3,9 @@
 Uses the synthetic folder of benchmarks/bench_data_checks.py (Kimi fixture tokenizer, real chat
 templates, log-normal output lengths up to 10,240 tokens), then times each phase of a release in
 this process -- the contract check (every row re-templated and its boundaries recomputed), staging
-the tree (viewer-sized shards, plots, card), the same with preview columns -- and runs the whole
-`publish --dry-run` as a subprocess for wall time and peak memory. The upload itself is not timed:
-against a loopback server it says nothing about the Hub.
+the tree (viewer-sized shards, plots, card) without and with the preview columns -- and runs the
+whole `publish --dry-run` (previews on, its default) as a subprocess for wall time and peak memory.
+The upload itself is not timed: against a loopback server it says nothing about the Hub.
 
     python -m benchmarks.bench_publish --rows 12000 [--out /tmp/bench-publish] [--keep]
 """
@@ -31,7 +31,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance
-    from eagle3_synth.publish.tree import clear_stage, stage_tree
+    from eagle3_synth.publish.tree import PREVIEW_CHARS, clear_stage, stage_tree
 
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-publish-"))
     try:
@@ -50,7 +50,7 @@ def main() -> int:
             print(f"{name:36s} {wall:7.1f} {cpu:7.1f} {args.rows / cpu:11.0f}")
 
         timed("contract check (validate all rows)", lambda: check_folder(out, [CONFIG], tokenizers, quiet))
-        for previews in (0, 200):
+        for previews in (None, PREVIEW_CHARS):
             stage = out / ".bench-stage"
             clear_stage(stage, owned=True)
             timed(f"stage tree (preview chars {previews})", lambda stage=stage, previews=previews: stage_tree(

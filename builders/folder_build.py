@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from eagle3_synth.dataset.folder import install_config
+from eagle3_synth.dataset.folder import STAGING_PREFIX, check_out_folder, install_config
 from eagle3_synth.errors import ConfigError, Eagle3SynthError
 from eagle3_synth.run.progress import Coverage
 from eagle3_synth.run.directory import RunDirectory
@@ -31,7 +31,6 @@ from eagle3_synth.run.settings import GenerationSettings
 
 from .eagle3_synth_builder import Eagle3Synth
 
-STAGING_PREFIX = ".assemble-"
 OWNER_FILE = ".owner.json"  # in a staging folder: the build it belongs to (a `run.lock.Holder`)
 
 
@@ -41,6 +40,7 @@ def build_config(
     settings: GenerationSettings,
     *,
     partial: bool = False,
+    overwrite: bool = False,
     echo: Callable[[str], None] = print,
     on_coverage: Callable[[Coverage], None] | None = None,
 ) -> tuple[int, list[Path]]:
@@ -49,6 +49,9 @@ def build_config(
     (rows, files), the rows of both splits with `--validation`. `settings.run_dir` is the run
     directory (any fsspec URL).
 
+    The folder holds only what eagle3-synth writes there, and `config` in it is replaced only by a
+    build from the run directory its rows came from, or with `overwrite` (`check_out_folder`: here
+    before anything is generated or made, again under the folder's lock before installing).
     Assembling only (no model), a run that a generator is still writing is refused unless
     `partial` (`_check_no_generator`).
     `on_coverage` receives what the run holds (its failed samples, for the command's exit status).
@@ -56,6 +59,7 @@ def build_config(
     from datasets.exceptions import DatasetGenerationError
 
     folder = Path(folder)
+    check_out_folder(folder, config, settings.run_dir, overwrite=overwrite)
     folder.mkdir(parents=True, exist_ok=True)
     if not settings.generates and settings.run_dir:
         _check_no_generator(settings.run_dir, config, partial, echo)
@@ -85,7 +89,8 @@ def build_config(
                  "the validation split is left out; generate the rest (--retry-errors) and build again")
             validation = []
         files = install_config(folder, config, sources, settings.run_dir or builder.run_dir, num_rows,
-                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"), validation=validation)
+                               on_wait=lambda line: _say_now(echo, f"{config}: {line}"), validation=validation,
+                               overwrite=overwrite)
     return num_rows + held_out, files
 
 

@@ -116,14 +116,26 @@ def _summary(subparsers: argparse._SubParsersAction, name: str) -> str:  # noqa:
 
 def columns_page() -> str:
     from eagle3_synth.contract.row import column_table
+    from eagle3_synth.dataset.card import PREVIEW_MEANINGS
+    from eagle3_synth.publish.tree import PREVIEW_AFTER, PREVIEW_CHARS
 
+    previews = ["| column | type | meaning |", "|---|---|---|"]
+    previews += [f"| `{name}` | `string` | {meaning} |" for name, meaning in PREVIEW_MEANINGS.items()]
     return "\n".join([
         "# Columns\n",
-        _HEADER.format(command=COMMAND, source="`eagle3_synth/contract/row.py`"),
+        _HEADER.format(command=COMMAND,
+                       source="`eagle3_synth/contract/row.py` and `eagle3_synth/dataset/card.py`"),
         "Every config's `train` split (and `validation` split, where built with `--validation`) has these "
         "columns, in this order; the published dataset card renders the same table. What the boundary "
         "columns mean for one- and multi-token markers, and how to train on them: [The data](../data.md).\n",
         column_table(),
+        "## Preview columns of a release\n",
+        f"A release made by `eagle3-synth publish` also has these two, right after `{PREVIEW_AFTER}`, so the "
+        "Hub's dataset viewer (which shows columns in schema order) shows each row as text beside its ids. "
+        f"Each holds about `--preview-chars` characters of decoded text (default {PREVIEW_CHARS:,}); "
+        "`--no-preview` leaves them out. A built folder never has them. They are made from the ids and "
+        "never read back: no command or trainer input uses them.\n",
+        "\n".join(previews) + "\n",
     ])
 
 

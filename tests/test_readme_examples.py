@@ -1,13 +1,19 @@
-"""The docs' console examples, run as written: each `$ eagle3-synth ...` block prints what its page shows.
+"""The docs' examples, run as written: each `$ eagle3-synth ...` block prints what its page shows.
 
 Every ```console block of README.md and of every page under docs/ is a list of commands (`$ ...`)
-and what each printed. They run here in a folder holding `make demo`'s dataset (`demo_out`, built
-by examples/demo.py, whose output holds README's sample block too) and a
-link to the fixtures (`tests/`), each as its own process with stdout and stderr together, as a
-user's terminal shows them. Compared after normalising what no two runs share: the checkout's and
-the folder's absolute paths, and for commands whose figures are measured rates (`plan`) every
-number. After a deliberate change, `EAGLE3_SYNTH_UPDATE_GOLDEN=1 python -m pytest
-tests/test_readme_examples.py` rewrites the blocks from what ran; read the diff before committing.
+and what each printed. They run here, in the page's order, in a folder holding `make demo`'s dataset
+(`demo_out`, built by examples/demo.py, whose output holds README's sample block too) and a link to
+the fixtures (`tests/`), each as its own process with stdout and stderr together, as a user's
+terminal shows them. Compared after normalising what no two runs share: the checkout's and the
+folder's absolute paths, measured durations and rates (`16s`, `0.37 samples/s`), and for commands
+whose figures are all measured (`plan`) every number. After a deliberate change,
+`EAGLE3_SYNTH_UPDATE_GOLDEN=1 python -m pytest tests/test_readme_examples.py` rewrites the blocks
+from what ran; read the diff before committing.
+
+A ```bash or ```python block right after a `<!-- runs locally -->` line runs in the same folder
+too (bash with the venv's `eagle3-synth` on PATH) and must exit 0: the blocks whose output the page
+does not show. The other bash blocks (a GPU node, a real model, servers, the Hub) are checked by
+tests/test_docs.py to name only commands and options that exist.
 """
 
 from __future__ import annotations
@@ -30,8 +36,13 @@ README = ROOT / "README.md"
 # Every page whose console blocks are run: README and the docs site's pages.
 PAGES = (README, *sorted((ROOT / "docs").rglob("*.md")))
 _BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.S | re.M)
-# Commands whose output holds measured rates or times: compared with every number as N.
+LOCAL_MARK = "<!-- runs locally -->"
+_LOCAL_BLOCK = re.compile(r"^" + re.escape(LOCAL_MARK) + r"\n```(bash|python)\n(.*?)^```\n", re.S | re.M)
+# Commands whose output holds measured rates or times only: compared with every number as N.
 TIMED = ("eagle3-synth plan ",)
+# What a run measured, in any command's output: durations as run/progress.py writes them (`16s`,
+# `1m05s`, `2h03m`) and rates.
+_MEASURED = re.compile(r"\b\d+(?:h\d\dm|m\d\ds|s)\b|\b\d+\.\d+(?= (?:samples|output tokens)/s\b)")
 
 
 @dataclass
@@ -67,12 +78,19 @@ def examples(text: str) -> list[Example]:
     return found
 
 
-def normalise(output: str, command: str, folder: Path) -> str:
+def normalise(output: str, folder: Path) -> str:
+    """`output` with the folder's and the checkout's paths relative, as the pages show them."""
     for root in (str(folder.resolve()), str(folder), str(ROOT)):
         output = output.replace(root + "/", "").replace(root, ".")
+    return "\n".join(line.rstrip() for line in output.splitlines())
+
+
+def comparable(output: str, command: str, folder: Path) -> str:
+    """`output` normalised, with what a run measured as N."""
+    output = _MEASURED.sub("N", normalise(output, folder))
     if command.startswith(TIMED):  # numbers, and the column widths they set
         output = re.sub(r" +", " ", re.sub(r"\d[\d,.]*", "N", output))
-    return "\n".join(line.rstrip() for line in output.splitlines())
+    return output
 
 
 def run_example(example: Example, folder: Path, env: dict[str, str]) -> str:
@@ -133,18 +151,39 @@ def test_console_examples_print_what_the_page_shows(demo_folder, page):
     folder, env = demo_folder
     text = page.read_text(encoding="utf-8")
     found = examples(text)
-    if not found:
-        return
+    # In the page's order (a command may use what the one before it wrote), rewritten from the end.
+    outputs = [run_example(example, folder, env) for example in found]
     updated, mismatches = text, []
-    for example in reversed(found):  # from the end, so earlier offsets stay valid while rewriting
-        output = run_example(example, folder, env)
-        if normalise(output, example.command, folder) != normalise(example.expected, example.command, folder):
-            mismatches.append(f"$ {example.command}\n--- {page.name} shows:\n{example.expected}--- it printed:\n{output}")
-            shown = normalise(output, example.command, folder) + "\n"
-            if example.command.startswith(TIMED):
-                shown = "\n".join(line.rstrip() for line in output.replace(str(folder) + "/", "").splitlines()) + "\n"
-            updated = updated[: example.start] + shown + updated[example.end:]
+    for example, output in reversed(list(zip(found, outputs))):
+        if comparable(output, example.command, folder) != comparable(example.expected, example.command, folder):
+            mismatches.append(f"$ {example.command}\n--- {page.name} shows:\n{example.expected}"
+                              f"--- it printed:\n{output}")
+            updated = updated[: example.start] + normalise(output, folder) + "\n" + updated[example.end:]
     if os.environ.get(UPDATE_ENV) and mismatches:
         page.write_text(updated, encoding="utf-8")
         return
     assert not mismatches, "\n\n".join(reversed(mismatches)) + f"\n\n({UPDATE_ENV}=1 rewrites the page's blocks)"
+
+
+def local_blocks() -> list[tuple[str, str, str]]:
+    """(page, language, text) of every block marked to run locally."""
+    return [(str(page.relative_to(ROOT)), block.group(1), block.group(2))
+            for page in PAGES for block in _LOCAL_BLOCK.finditer(page.read_text(encoding="utf-8"))]
+
+
+def test_the_pages_have_blocks_that_run_locally():
+    marks = sum(line == LOCAL_MARK for page in PAGES for line in page.read_text(encoding="utf-8").splitlines())
+    assert local_blocks() and len(local_blocks()) == marks, f"a {LOCAL_MARK} line not right before a bash/python block"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("page", "language", "text"), local_blocks(),
+                         ids=[f"{page}-{i}" for i, (page, _, _) in enumerate(local_blocks())])
+def test_blocks_marked_local_run_as_written(demo_folder, page, language, text):
+    folder, env = demo_folder
+    # The venv's scripts first on PATH, as after `source .venv/bin/activate`.
+    env = {**env, "PATH": os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))}
+    argv = ["bash", "-e", "-c", text] if language == "bash" else [sys.executable, "-c", text]
+    result = subprocess.run(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=600)
+    assert result.returncode == 0, f"{page}: the {language} block exited {result.returncode}:\n{text}\n{result.stdout}"

@@ -7,15 +7,17 @@ docs/reference/exit-status.md). `--debug` adds the traceback to any error.
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import logging
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import import_module
+from typing import Any
 
 from eagle3_synth import __version__, exit_status
 from eagle3_synth.cli.progress_bars import third_party_bars_off_unless_terminal
@@ -53,13 +55,48 @@ GLOBAL_FLAGS = ("-v", "--verbose", "--debug")
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with a usage error in one line (argparse prints the whole usage first): the same
-    shape as every other error of the command line, `PROG: error: MESSAGE`."""
+    shape as every other error of the command line, `PROG: error: MESSAGE`. An option no command
+    has is the command's error, with the nearest option it has; no command at all prints the
+    commands (`--help`) and exits 2, like any other usage error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # the main parser's: name -> its parser
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if self.commands and command is None:
+            self.print_help(sys.stderr)
+            self.exit(EXIT_USER_ERROR)
+        if unknown:
+            # argparse reports a command's unknown options as the main parser's, naming neither
+            # the command nor what was meant.
+            parser = self.commands.get(command, self)
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}{_nearest_options(parser, unknown)}")
+        return parsed
 
-def make_parser(only: str | None = None) -> argparse.ArgumentParser:
+
+def _nearest_options(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """` (did you mean --temperature?)` for the unknown options near one of the parser's."""
+    # argparse's own table of the parser's option strings, its groups' included.
+    known = [name for name in parser._option_string_actions if name.startswith("--")]
+    meant = {}
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1) if name.startswith("--") else []
+        if close:
+            meant[name] = close[0]
+    if len(meant) > 1:
+        return f" (did you mean {', '.join(f'{close} for {name}' for name, close in meant.items())}?)"
+    return "".join(f" (did you mean {close}?)" for close in meant.values())
+
+
+def make_parser(only: str | None = None) -> OneLineParser:
     """The parser; with `only`, just that command's module is imported (the others pull in
     datasets, aiohttp, matplotlib ... and cost seconds of start-up for nothing)."""
     parser = OneLineParser(
@@ -69,10 +106,13 @@ def make_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error, not just its one line")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required=True: without a command, parse_args prints the commands rather than
+    # "the following arguments are required: COMMAND".
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         if only is None or name == only:
             import_module(f"eagle3_synth.cli.{module}").add_parser(subparsers)
+    parser.commands = subparsers.choices
     return parser
 
 

@@ -6,6 +6,8 @@ again). Without it, it only assembles: `build CONFIG --run-dir URL --out DIR` tu
 while samples have no result yet, naming the shards to finish, unless --partial is given.
 Failed samples are left out of the dataset (--retry-errors generates them again).
 --dry-run prepares the prompts and prints what would be generated, writing nothing.
+--out is a new or empty folder or one eagle3-synth built: anything else in it is refused before
+anything loads, and CONFIG already there from another run directory is replaced only with --overwrite.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, INTERRUPTED, RESUMABLE, USER_ERROR, help_line
 from eagle3_synth.cli.options import (EXIT_FAILED_SAMPLES, add_generation_arguments, default_run_dir,
                                       generation_settings, report_dry_run, stopped_status)
+from eagle3_synth.dataset.folder import check_out_folder
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
 from eagle3_synth.run.preflight import check_output_folder
@@ -31,7 +34,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_generation_arguments(parser)
-    parser.add_argument("--out", required=True, help="dataset folder: OUT/CONFIG/train-*.parquet + OUT/README.md")
+    parser.add_argument("--out", required=True, help="dataset folder: OUT/CONFIG/train-*.parquet + OUT/README.md; a "
+                        "new or empty folder, or one eagle3-synth built (anything else is refused)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace CONFIG in --out when its rows came from another run directory")
     parser.add_argument("--partial", action="store_true",
                         help="assemble even though some samples have no result yet (they are left out)")
     parser.set_defaults(run=run)
@@ -69,6 +75,7 @@ def no_empty_folders_left(*folders: str) -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     settings = generation_settings(args, default_run_dir(args))
     check_output_folder(args.out, "--out")
+    check_out_folder(args.out, args.config, settings.run_dir, overwrite=args.overwrite)
     if args.dry_run:
         if not settings.generates:
             raise ConfigError("--dry-run shows what a run would generate: give --model (or --tokenizer, --replay)")
@@ -79,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     with no_empty_folders_left(args.out, settings.run_dir):
         try:
             rows, files = folder_builds().build_config(args.config, args.out, settings, partial=args.partial,
+                                                       overwrite=args.overwrite,
                                                        on_coverage=lambda coverage: failed.append(
                                                            coverage.finish_reasons.get("abort", 0)))
         except RunIncomplete as exc:

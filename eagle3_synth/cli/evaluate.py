@@ -23,9 +23,11 @@ from eagle3_synth.cli.data_options import add_source_argument, open_from_args
 from eagle3_synth.cli.options import parse_key_value
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 from eagle3_synth.dataset.stores import open_source, resolve_configs
+from eagle3_synth.engines import ENGINE_OPTIONS, check_options_used
 from eagle3_synth.engines.dtypes import DTYPES, resolve_dtype
 from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.run.preflight import check_model_and_engine
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -65,6 +67,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+# What each engine uses here (`engines.ENGINE_OPTIONS`), but for --dtype: an sglang-http server runs
+# the dtype it was started with, and evaluate records none. --dry-run prints a server's command, with
+# --engine-arg and --dtype in it, for either engine (`engine_options_given`).
+EVALUATE_USES = {**ENGINE_OPTIONS, "--dtype": ("sglang",)}
+
+
+def engine_options_given(args: argparse.Namespace) -> list[str]:
+    """The options only one engine uses, where given (none has a default), less those --dry-run prints."""
+    given = {"--url": args.url, "--baseline-url": args.baseline_url,
+             "--engine-arg": args.engine_arg and not args.dry_run, "--dtype": args.dtype and not args.dry_run}
+    return [option for option, value in given.items() if value]
+
+
 def open_rows_source(args: argparse.Namespace):  # noqa: ANN201 - RowSource
     """The validation split where the data has one for the configs asked, else train (said)."""
     if args.split is not None:
@@ -90,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         check_outputs([args.report], "--report", args.overwrite)
     check_ranges(vars(args))
+    check_options_used(args.engine, engine_options_given(args), EVALUATE_USES)
     if args.engine == "sglang-http" and not args.url:
         raise ConfigError("--engine sglang-http needs --url: a server started with the drafter (see --dry-run)")
     if args.engine == "sglang-http" and not args.no_baseline and not args.baseline_url:
@@ -99,11 +115,13 @@ def run(args: argparse.Namespace) -> int:
     provenance = source.provenance(configs[0])
     model = args.model or provenance.model
     drafter, target, architecture = check_drafter(args.drafter, model)
+    engine_args = dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg)
+    check_model_and_engine(args.engine, model, EngineOptions(
+        model=model, dtype=resolve_dtype(model, args.dtype, engine_args), engine_args=engine_args))
     markers = provenance.markers
     if markers is None:
         raise ConfigError(f"{args.source}: no markers recorded with {configs[0]} ({provenance.origin}); "
                           "evaluate needs the stop ids the rows were generated with")
-    engine_args = dict(parse_key_value(item, "--engine-arg") for item in args.engine_arg)
     with scratch_dir() as scratch:
         drafter_path = served_drafter_path(drafter, target, architecture, args.sglang_drafter, Path(scratch))
         speculative = {"num_steps": args.num_steps, "eagle_topk": args.eagle_topk, "num_draft_tokens": args.num_draft_tokens,

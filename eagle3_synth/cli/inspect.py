@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from eagle3_synth.errors import ConfigError
 from eagle3_synth.view.render import render_conversation, render_row
 from eagle3_synth.view.where import parse_where, select_samples
 from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
@@ -56,12 +57,21 @@ def show_conversations(args: argparse.Namespace, source, config: str) -> int:  #
     """`--conversation`: every turn of each rollout asked for, in order."""
     table = source.table(config, ["sample_id", "conversation_id", "sample_index"])
     keys = list(zip(*(table.column(name).to_pylist() for name in ("sample_id", "conversation_id", "sample_index"))))
+    rollouts_of: dict[int, set[int]] = {}
+    for _, conversation, index in keys:
+        rollouts_of.setdefault(conversation, set()).add(index)
+    missing = [conversation for conversation in args.conversation if conversation not in rollouts_of]
+    if missing:
+        raise ConfigError(f"{source.location} {config}: no conversation_id {', '.join(map(str, missing))}")
+    for conversation in args.conversation:
+        if args.sample_index not in (None, *rollouts_of[conversation]):
+            rollouts = ", ".join(map(str, sorted(rollouts_of[conversation])))
+            raise ConfigError(f"{source.location} {config}: conversation_id {conversation} has no sample_index "
+                              f"{args.sample_index} (its rollouts: {rollouts})")
     wanted = [(sample_id, (conversation, index)) for sample_id, conversation, index in keys
               if conversation in args.conversation and args.sample_index in (None, index)]
     print(f"{config} in {source.location} ({source.kind}): conversations {', '.join(map(str, args.conversation))}, "
           f"{len(wanted)} turns")
-    if not wanted:
-        return 1
     tokenizer, _ = TokenizerCache(args).get(source.provenance(config))
     colour = use_colour(args.colour)
     rollouts: dict[tuple[int, int], list[dict]] = {}
@@ -73,7 +83,19 @@ def show_conversations(args: argparse.Namespace, source, config: str) -> int:  #
     return 0
 
 
+def check_picks(args: argparse.Namespace) -> None:
+    """--conversation shows whole conversations, the other picks samples: neither is ignored for the other."""
+    picks = {"--sample": args.sample, "--random": args.random, "--shortest": args.shortest, "--longest": args.longest,
+             "--where": args.where, "--first": args.first}
+    given = [option for option, value in picks.items() if value not in (None, [])]
+    if args.conversation and given:
+        raise ConfigError(f"--conversation shows whole conversations; it does not combine with {', '.join(given)}")
+    if args.sample_index is not None and not args.conversation:
+        raise ConfigError("--sample-index picks one rollout of each --conversation; give --conversation ID")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_picks(args)
     source, config = open_config(args)
     if args.conversation:
         return show_conversations(args, source, config)
@@ -91,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
         ids += [i for i in selection.sample_ids if i not in ids]
         note = (f", {selection.matched} of {selection.total} rows match {where.text!r}" if where
                 else f", {selection.total} rows")
+    rows = source.rows_by_id(config, ids) if ids else []  # an unknown id is an error before anything is printed
     print(f"{config} in {source.location} ({source.kind}){note}; showing {len(ids)}")
     if not ids:
         return 0
     tokenizer, _ = TokenizerCache(args).get(source.provenance(config))
     colour = use_colour(args.colour)
-    for row in source.rows_by_id(config, ids):
+    for row in rows:
         print()
         print(render_row(row, tokenizer, colour=colour, show_ids=args.ids, show_messages=not args.no_messages))
     return 0

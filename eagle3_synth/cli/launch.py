@@ -16,8 +16,10 @@ import sys
 from dataclasses import replace
 
 from eagle3_synth.cli.options import add_generation_arguments, generation_settings, parse_key_value
+from eagle3_synth.dataset.folder import check_out_folder
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.exit_status import DONE, PROBLEMS
+from eagle3_synth.run.preflight import check_output_folder
 from eagle3_synth.run.settings import GenerationSettings
 
 
@@ -63,7 +65,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     ray.add_argument("--ray-remote-kwarg", action="append", default=[], metavar="KEY=VALUE",
                      help='option of each task\'s Ray actor, e.g. resources={"H200": 1} (repeatable)')
     parser.add_argument("--wait", action="store_true", help="follow the tasks until they end; assemble with --out")
-    parser.add_argument("--out", help="with --wait: the dataset folder to assemble the config into when all shards are done")
+    parser.add_argument("--out", help="with --wait: the dataset folder to assemble the config into when all shards "
+                        "are done (a new or empty folder, or one eagle3-synth built)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="with --out: replace CONFIG there when its rows came from another run directory")
     parser.add_argument("--poll-seconds", type=float, default=30.0, help="--wait with Slurm: seconds between looks")
     parser.set_defaults(run=run)
 
@@ -87,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
     if args.out and not args.wait:
         raise ConfigError("--out assembles once every shard is done, which only --wait sees; add --wait, or run "
                           "eagle3-synth build CONFIG --run-dir URL --out DIR when status says all are done")
+    if args.overwrite and not args.out:
+        raise ConfigError("--overwrite replaces a config in --out; without --out nothing is assembled")
+    if args.out:
+        check_output_folder(args.out, "--out")
+        check_out_folder(args.out, args.config, args.run_dir, overwrite=args.overwrite)
     try:
         from eagle3_synth.cluster.follow import failure_message, follow, portable, submit
     except ImportError as exc:
@@ -110,6 +120,6 @@ def run(args: argparse.Namespace) -> int:
         from eagle3_synth.cli.build import folder_builds
 
         assemble = replace(GenerationSettings(), run_dir=settings.run_dir)
-        rows, files = folder_builds().build_config(args.config, args.out, assemble)
+        rows, files = folder_builds().build_config(args.config, args.out, assemble, overwrite=args.overwrite)
         print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
     return DONE

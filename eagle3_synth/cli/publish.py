@@ -1,8 +1,9 @@
 """`eagle3-synth publish DIR org/name --tag v1.0.0`: release a built folder on the Hub.
 
 Checks every config against the data contract (with the tokenizer the data was made with), writes
-the exact repo tree to a staging folder (viewer-sized Parquet shards, README.md card with figures
-and provenance, a length histogram per config), uploads it as one commit to main and tags it.
+the exact repo tree to a staging folder (viewer-sized Parquet shards with each row decoded beside
+its ids, README.md card with figures and provenance, a length histogram per config), uploads it as
+one commit to main and tags it.
 An existing tag is never overwritten. Authenticate with HF_TOKEN or `hf auth login`.
 """
 
@@ -13,7 +14,7 @@ import logging
 from pathlib import Path
 
 from eagle3_synth.prompts.configs import load_config_file
-from eagle3_synth.publish import PublishOptions, publish
+from eagle3_synth.publish import PREVIEW_CHARS, PublishOptions, publish
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,9 +26,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--private", action="store_true", help="create the repo private (an existing repo keeps its visibility)")
     parser.add_argument("--dry-run", action="store_true",
                         help="stage and check the exact tree, print the operations, upload nothing")
-    parser.add_argument("--preview-chars", type=int, default=0, metavar="N",
-                        help="add prompt_preview/output_preview columns: the first N decoded characters, "
-                             "special tokens kept (for the viewer; default: off)")
+    previews = parser.add_mutually_exclusive_group()
+    previews.add_argument("--preview-chars", type=int, default=PREVIEW_CHARS, metavar="N",
+                          help="length of the prompt_preview/output_preview columns the viewer shows beside the "
+                               "ids (each row decoded, special tokens kept, boundaries tagged), in characters "
+                               f"(default: {PREVIEW_CHARS})")
+    previews.add_argument("--no-preview", action="store_true", help="publish without the preview columns")
     parser.add_argument("--tokenizer", help="tokenizer the data was made with (default: the one recorded in run_info)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code (Kimi)")
     parser.add_argument("--config-file", metavar="YAML",
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         load_config_file(args.config_file)
     publish(PublishOptions(
         folder=Path(args.folder), repo_id=args.repo_id, tag=args.tag, private=args.private, dry_run=args.dry_run,
-        preview_chars=args.preview_chars, tokenizer=args.tokenizer, trust_remote_code=args.trust_remote_code,
-        stage_dir=args.stage_dir,
+        preview_chars=None if args.no_preview else args.preview_chars, tokenizer=args.tokenizer,
+        trust_remote_code=args.trust_remote_code, stage_dir=args.stage_dir,
     ))
     return 0

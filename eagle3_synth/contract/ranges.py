@@ -80,7 +80,7 @@ RANGES: dict[str, Range] = {
     "eagle_topk": Range("--eagle-topk", minimum=1),
     "num_draft_tokens": Range("--num-draft-tokens", minimum=1),
     # publish
-    "preview_chars": Range("--preview-chars", minimum=0),
+    "preview_chars": Range("--preview-chars", minimum=1),
 }
 
 

@@ -21,7 +21,8 @@ from datasets.splits import SplitDict, SplitInfo
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCardData
 
-from eagle3_synth.contract.row import FEATURES, column_table
+from eagle3_synth.contract.row import COLUMNS, FEATURES, column_table
+from eagle3_synth.dataset.parquet import SplitBytes
 
 CARD_TEMPLATE = resources.files("eagle3_synth.dataset") / "dataset_card.md"
 DEFAULT_CONFIG = "B1_glaive"
@@ -30,6 +31,10 @@ TAGS = ["eagle3", "speculative-decoding", "synthetic", "reasoning", "tool-callin
 _LICENSE_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _PLACEHOLDER = re.compile(r"\{\{ (\w+) \}\}")
 _HTML_TAG_START = re.compile(r"<(?=[/A-Za-z])")
+# The first line after the front matter of every card rendered here: how a folder's README.md is
+# known to be ours (`dataset.folder.is_our_card`), so a build rewrites it and nobody else's. An HTML
+# comment: the Hub page does not show it.
+CARD_MARKER = "<!-- eagle3-synth dataset card: rendered from the files beside it; every build rewrites it -->"
 
 
 def config_data_files(config: str, fingerprint: str | None = None, validation: bool = False) -> list[dict[str, str]]:
@@ -72,12 +77,24 @@ def card_data(
     run_infos: Mapping[str, Mapping[str, Any] | None] | None = None,
     data_files: Mapping[str, list[dict[str, str]]] | None = None,
     validation_rows: Mapping[str, int] | None = None,
+    split_bytes: Mapping[str, Mapping[str, SplitBytes]] | None = None,
 ) -> DatasetCardData:
     """YAML front matter: one `configs` entry per config (one `default: true`) and its `dataset_info`.
 
     `data_files` per config defaults to all its shards (`config_data_files`); `validation_rows`:
-    the rows of each config built with a `validation` split."""
+    the rows of each config built with a `validation` split; `split_bytes`: each config's sizes per
+    split (`parquet.parquet_bytes` of its files).
+
+    Sizes are the Hub dataset viewer's, so the card and the viewer's own `dataset_info` agree: a
+    split's `num_bytes` is its Parquet data uncompressed, `download_size` the files' bytes,
+    `dataset_size` the splits' `num_bytes` summed (dataset-viewer f62009e
+    services/worker/src/worker/job_runners/config/parquet_and_info.py `fill_builder_info`). datasets
+    5.2 means the same by them: `num_bytes` the Arrow data written (arrow_writer.py
+    `ArrowWriter.write_table`), `dataset_size` its sum over the splits (builder.py
+    `download_and_prepare`), `download_size` the files it downloads; it checks only `num_examples`
+    (utils/info_utils.py `verify_splits`)."""
     run_infos, data_files, validation_rows = run_infos or {}, data_files or {}, validation_rows or {}
+    split_bytes = split_bytes or {}
     default = DEFAULT_CONFIG if DEFAULT_CONFIG in configs else (configs[0] if configs else None)
     facts = {c: config_facts(c, run_infos.get(c)) for c in configs}
     licenses = sorted({hub_license(str(f.get("license", ""))) if f else "unknown"
@@ -87,7 +104,7 @@ def card_data(
         license=licenses[0] if len(licenses) == 1 else licenses,
         tags=list(TAGS),
         task_categories=["text-generation"],
-        size_categories=[size_category(sum(num_rows.get(c, 0) for c in configs))],
+        size_categories=[size_category(sum(num_rows.get(c, 0) + validation_rows.get(c, 0) for c in configs))],
     )
     MetadataConfigs(
         {
@@ -98,11 +115,16 @@ def card_data(
     ).to_dataset_card_data(data)
     infos = DatasetInfosDict()
     for name in configs:
-        splits = SplitDict()
-        splits.add(SplitInfo(name="train", num_examples=num_rows.get(name, 0)))
+        sizes = split_bytes.get(name, {})
+        rows = {"train": num_rows.get(name, 0)}
         if name in validation_rows:  # a build with --validation
-            splits.add(SplitInfo(name="validation", num_examples=validation_rows[name]))
-        infos[name] = DatasetInfo(features=features, config_name=name, splits=splits)
+            rows["validation"] = validation_rows[name]
+        splits = SplitDict()
+        for split, count in rows.items():
+            splits.add(SplitInfo(name=split, num_examples=count, num_bytes=sizes.get(split, SplitBytes()).num_bytes))
+        total = sum((sizes.get(split, SplitBytes()) for split in rows), SplitBytes())
+        infos[name] = DatasetInfo(features=features, config_name=name, splits=splits,
+                                  download_size=total.files, dataset_size=total.num_bytes)
     infos.to_dataset_card_data(data)
     return data
 
@@ -187,17 +209,19 @@ def render_card(
     features: Features = FEATURES,
     data_files: Mapping[str, list[dict[str, str]]] | None = None,
     validation_rows: Mapping[str, int] | None = None,
+    split_bytes: Mapping[str, Mapping[str, SplitBytes]] | None = None,
 ) -> str:
     """README.md text: front matter for `configs`, body from dataset_card.md with every figure filled.
 
     `stats` are `stats.ConfigStats` in config order; `plots` maps a config to its PNG path in the
-    repo; `data_files` (per config) and `validation_rows` as in `card_data`. A placeholder the template names but nothing
-    fills is an error, so template and code cannot drift apart silently.
+    repo; `data_files` (per config), `validation_rows` and `split_bytes` as in `card_data`. A
+    placeholder the template names but nothing fills is an error, so template and code cannot drift
+    apart silently.
     """
     from eagle3_synth.dataset.stats import format_stats_table
 
     data = card_data(configs, num_rows, features, run_infos=run_infos, data_files=data_files,
-                     validation_rows=validation_rows)
+                     validation_rows=validation_rows, split_bytes=split_bytes)
     if not CARD_TEMPLATE.is_file():
         raise FileNotFoundError(f"the card template {CARD_TEMPLATE} is missing from the installed package; "
                                 "reinstall eagle3-synth")
@@ -214,19 +238,31 @@ def render_card(
         "stats_table": _HTML_TAG_START.sub("&lt;", format_stats_table(list(stats), markdown=True)),
         "generation_table": _generation_table(configs, run_infos),
         "figures": _figures(plots or {}),
-        "columns_table": column_table().rstrip("\n") + _extra_columns(features),
+        "columns_table": _columns_table(features),
     }
     missing = sorted(set(_PLACEHOLDER.findall(template)) - set(values))
     if missing:
         raise ValueError(f"{CARD_TEMPLATE} names placeholders nothing fills: {missing}")
     body = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
-    return f"---\n{data.to_yaml()}\n---\n\n{body}"
+    return f"---\n{data.to_yaml()}\n---\n\n{CARD_MARKER}\n\n{body}"
 
 
-def _extra_columns(features: Features) -> str:
-    """Rows of the column table for columns beyond the contract (the optional preview columns)."""
-    extra = [name for name in features if name not in FEATURES]
-    return "".join(
-        f"\n| `{name}` | `string` | for reading in the viewer only: the first characters of the decoded "
-        f"{name.split('_')[0]}, special tokens kept; never train on it |" for name in extra
-    )
+# What the preview columns (`publish.tree.PREVIEW_COLUMNS`) hold, for the card's column table.
+PREVIEW_MEANINGS = {
+    "prompt_preview": "for reading in the viewer only: `prompt_ids` decoded, special tokens kept; a long prompt "
+                      "shows its first and last tokens around `⟨… N tokens …⟩`. Never train on it",
+    "output_preview": "for reading in the viewer only: `output_ids` decoded, special tokens kept, each region tagged "
+                      "with its positions in `output_ids` (`[reasoning 0:812]…[/reasoning]`, `[think_end 812]`, "
+                      "`[response …]`, `[tool_call 1 …]`, `[stop …]`); a long region shows its first and last "
+                      "tokens around `⟨… N tokens …⟩`. Never train on it",
+}
+
+
+def _columns_table(features: Features) -> str:
+    """The column table in `features`' order: the contract's rows, and a row per preview column."""
+    header, rule, *lines = column_table().rstrip("\n").split("\n")
+    rows = dict(zip(COLUMNS, lines))
+    for name in features:
+        if name not in rows:
+            rows[name] = f"| `{name}` | `string` | {PREVIEW_MEANINGS[name]} |"
+    return "\n".join([header, rule, *(rows[name] for name in features)])

@@ -2,8 +2,9 @@
 
 Every Parquet file eagle3-synth puts in a dataset folder or a release goes through this module:
 
-- the schema is the contract's (`contract.row.FEATURES`), plus any extra columns a caller names
-  (`features_with`): no column is listed here, so a column added to the contract reaches both;
+- the schema is the contract's (`contract.row.FEATURES`), plus any extra columns a caller names,
+  where it puts them (`features_with`): no column is listed here, so a column added to the contract
+  reaches both;
 - shards are named `train-XXXXX-of-YYYYY.parquet`, or `train-<fp8>-XXXXX-of-YYYYY.parquet` with
   the fingerprint of a build's bytes (`shard_name`, `SHARD_NAME`, `build_fingerprint`); a config
   built with `--validation` also has `validation-<fp8>-...` shards, the same fingerprint (of both
@@ -69,8 +70,34 @@ def parquet_rows(files: Iterable[str | Path]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def features_with(extra: Mapping[str, Any] | None = None) -> Any:
-    """The contract's features (`datasets.Features`), followed by the `extra` columns (name -> feature)."""
+@dataclass(frozen=True)
+class SplitBytes:
+    """A split's sizes as the Hub's dataset viewer counts them (dataset-viewer's
+    services/worker/src/worker/job_runners/config/parquet_and_info.py, `fill_builder_info` and
+    `retry_get_num_examples_size_and_num_bytes`): `num_bytes` is the uncompressed data, the sum of
+    the row groups' `total_byte_size`; `files` is the Parquet files' size on disk (what a download
+    fetches)."""
+
+    num_bytes: int = 0
+    files: int = 0
+
+    def __add__(self, other: SplitBytes) -> SplitBytes:
+        return SplitBytes(self.num_bytes + other.num_bytes, self.files + other.files)
+
+
+def parquet_bytes(files: Iterable[str | Path]) -> SplitBytes:
+    """The sizes of Parquet files (`SplitBytes`), from their footers and the file system."""
+    total = SplitBytes()
+    for path in files:
+        metadata = pq.ParquetFile(path).metadata
+        data = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+        total += SplitBytes(data, Path(path).stat().st_size)
+    return total
+
+
+def features_with(extra: Mapping[str, Any] | None = None, after: str | None = None) -> Any:
+    """The contract's features (`datasets.Features`) with the `extra` columns (name -> feature) right
+    after the contract column `after`, or last without it."""
     from datasets import Features
 
     from eagle3_synth.contract.row import FEATURES
@@ -80,15 +107,26 @@ def features_with(extra: Mapping[str, Any] | None = None) -> Any:
     clash = sorted(set(extra) & set(FEATURES))
     if clash:
         raise ValueError(f"extra columns {clash} are contract columns already")
-    return Features({**FEATURES, **extra})
+    if after is None:
+        return Features({**FEATURES, **extra})
+    if after not in FEATURES:
+        raise ValueError(f"{after!r} is not a contract column")
+    names = list(FEATURES)
+    cut = names.index(after) + 1
+    return Features({**{n: FEATURES[n] for n in names[:cut]}, **extra, **{n: FEATURES[n] for n in names[cut:]}})
 
 
 @dataclass(frozen=True)
 class ShardLimits:
     """Size limits of written Parquet shards."""
 
-    # Hard limit on a row group's uncompressed size: below the Hub viewer's 100 MB copy limit, with
-    # room for Arrow/Parquet size drift.
+    # Hard limit on a row group's uncompressed size. The Hub's viewer copies a repo's Parquet as it is
+    # and reads its first rows from it, refusing (`TooBigRows`) a read that would fetch more than
+    # 300 MB of a file at once (dataset-viewer f62009e: libs/libviewer/src/parquet.rs
+    # `LimitedAsyncReader::get_byte_ranges`, given `RowsIndexConfig.max_arrow_data_in_memory` of
+    # libs/libcommon/src/libcommon/config.py by `RowsIndex.query_libviewer_index`). The page index
+    # lets it read part of a group; a group well under the limit keeps the first rows readable
+    # whatever the pages, with room for Arrow/Parquet size drift.
     row_group_bytes: int = 64 * 2**20
     # Target file size: a new shard starts once a shard holds this many bytes, so a shard ends at
     # most one (compressed) row group plus its footer past it. 500 MB is what `push_to_hub` uses:
@@ -171,11 +209,12 @@ def write_shards(batches: Iterable[pa.RecordBatch], target: Path, schema: pa.Sch
 
 
 def install_shards(sources: Sequence[str | Path], folder: Path, config: str,
-                   validation: Sequence[str | Path] = ()) -> list[Path]:
+                   validation: Sequence[str | Path] = (), texts: Mapping[str, str] | None = None) -> list[Path]:
     """Move freshly written Parquet shards into `<folder>/<config>/` as `shard_name(i, N, fp)`, `fp`
     the `build_fingerprint` of their bytes (in name order; the `validation` split's after the
     train's, named `validation-<fp>-...`); the installed paths. Without `validation` the names are
-    those of a train-only build.
+    those of a train-only build. `texts` (file name -> text) are written beside them (the
+    config's provenance), so they are swapped in with the shards.
 
     The new files are staged beside the old ones and swapped in with renames, so an interrupted
     build never leaves a config half old, half new.
@@ -192,6 +231,8 @@ def install_shards(sources: Sequence[str | Path], folder: Path, config: str,
             dest = staging / shard_name(i, len(files), fingerprint, split)
             shutil.move(source, dest)
             installed.append(target / dest.name)
+    for name, text in (texts or {}).items():
+        (staging / name).write_text(text, encoding="utf-8")
     old = None
     if target.exists():
         old = folder / f".{config}-old"

@@ -1,7 +1,10 @@
-"""Engine registry: name -> adapter factory, imported lazily so optional engines cost nothing."""
+"""Engine registry: name -> adapter factory, imported lazily so optional engines cost nothing; and
+which engine uses which option (`ENGINE_OPTIONS`), so an option no engine in use reads is an error."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, fields
 from importlib import import_module
 
 from eagle3_synth.errors import ConfigError
@@ -15,6 +18,51 @@ ENGINES: dict[str, str] = {
     "sglang-http": "eagle3_synth.engines.sglang.http:create",
 }
 
+# name -> "module:function" taking EngineOptions: what an engine can check of its options before
+# anything loads (`run/preflight.py`, `hidden-states`, `evaluate`), beyond what its factory checks.
+ENGINE_CHECKS: dict[str, str] = {
+    "sglang": "eagle3_synth.engines.sglang.engine:check_options",
+}
+
+# The engines that load `--model` in this process, so the folder must hold a model (config.json
+# with a model_type, weights): replay plays recorded ids (its --model is the tokenizer's folder),
+# and an sglang-http server loaded its own (here the folder gives the tokenizer, context, dtype).
+LOADS_MODEL = ("transformers", "sglang")
+
+# Each engine-specific option of the commands that run an engine (`build`, `generate`, `launch`
+# and the builder's kwargs; `hidden-states`; `evaluate`), by its command-line name -> the engines
+# that use it. Given to any other engine (a value other than its default) it is refused, not
+# ignored: a forgotten `--engine sglang-http` would otherwise be a run on this machine's CPU.
+ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "--replay": ("replay",),  # the recorded results it plays
+    "--batch-size": ("transformers",),  # prompts per generate() call; SGLang batches by itself
+    "--device": ("transformers",),  # a torch device; SGLang places the model itself
+    # No model runs under replay. sglang-http: recorded with the run (its server must run it).
+    "--dtype": ("transformers", "sglang", "sglang-http"),
+    "--engine-arg": ("sglang",),  # SGLang's ServerArgs for the engine this process starts
+    "--url": ("sglang-http",),
+    "--max-in-flight": ("sglang", "sglang-http"),
+    "--priority": ("sglang", "sglang-http"),  # SGLang's priority scheduling
+    "--request-timeout": ("sglang-http",),  # an HTTP request's idle timeout
+    "--max-retries": ("sglang", "sglang-http"),
+    # hidden-states
+    "--device-map": ("transformers",),
+    "--batch-tokens": ("transformers",),
+    "--states-via": ("sglang", "sglang-http"),
+    "--states-dir": ("sglang", "sglang-http"),
+    # evaluate
+    "--baseline-url": ("sglang-http",),
+}
+
+# What to do instead, where an option's meaning has a home in the engine chosen.
+_INSTEAD: dict[tuple[str, str], str] = {
+    ("--engine-arg", "sglang-http"): "an SGLang server takes its arguments as its own launch flags "
+                                     "(python -m sglang.launch_server --tp-size 8 ...)",
+    ("--device", "sglang"): "SGLang places the model itself (--engine-arg tp_size=8, or device=cpu)",
+    ("--device", "sglang-http"): "the server places the model (its --tp-size, --device)",
+    ("--dtype", "replay"): "no model runs: the replay file holds the outputs",
+}
+
 
 def create_engine(name: str, options: EngineOptions) -> Engine:
     try:
@@ -26,13 +74,55 @@ def create_engine(name: str, options: EngineOptions) -> Engine:
     return factory(options)
 
 
+def check_engine(name: str, options: EngineOptions) -> None:
+    """The engine's own checks of its options before anything loads (`ENGINE_CHECKS`); none for most."""
+    target = ENGINE_CHECKS.get(name)
+    if target is not None:
+        module_name, function_name = target.split(":")
+        getattr(import_module(module_name), function_name)(options)
+
+
+# The repeatable options whose settings field is named in the plural.
+_PLURAL_FIELDS = {"--engine-arg": "engine_args", "--url": "urls"}
+
+
+def options_given(settings: object) -> list[str]:
+    """The options of `ENGINE_OPTIONS` that a dataclass of settings (a field per option, named like
+    it: `--batch-size` is `batch_size`, `--engine-arg` is `engine_args`, `--url` is `urls`) holds at a
+    value other than the field's default, in the table's order."""
+    defaults = {f.name: f.default if f.default is not MISSING else f.default_factory()
+                for f in fields(settings) if f.default is not MISSING or f.default_factory is not MISSING}
+    names = {option: _PLURAL_FIELDS.get(option, option[2:].replace("-", "_")) for option in ENGINE_OPTIONS}
+    return [option for option, name in names.items() if name in defaults and getattr(settings, name) != defaults[name]]
+
+
+def check_options_used(engine: str, given: Iterable[str], uses: Mapping[str, tuple[str, ...]] = ENGINE_OPTIONS) -> None:
+    """Refuse the first option of `given` (command-line names, each given a value other than its
+    default) that `engine` does not use, naming the engines that do (`ENGINE_OPTIONS`)."""
+    for option in given:
+        users = uses[option]
+        if engine in users:
+            continue
+        names = users[0] if len(users) == 1 else f"{', '.join(users[:-1])} and {users[-1]}"
+        instead = _INSTEAD.get((option, engine))
+        advice = f"; {instead}" if instead else ""
+        if not instead and len(users) == 1:
+            advice = f": give --engine {users[0]}, or drop {option}"
+        raise ConfigError(f"{option} is not used by --engine {engine}, only by --engine {names}{advice}")
+
+
 __all__ = [
     "ENGINES",
+    "ENGINE_OPTIONS",
+    "LOADS_MODEL",
     "Engine",
     "EngineOptions",
     "GenerationRequest",
     "GenerationResult",
     "SamplingParams",
     "abort_result",
+    "check_engine",
+    "check_options_used",
     "create_engine",
+    "options_given",
 ]

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3_synth.dataset.card import DEFAULT_CONFIG
-from eagle3_synth.dataset.folder import built_configs
+from eagle3_synth.dataset.folder import PUBLISH_STAGING, built_configs
 from eagle3_synth.dataset.stores import REPO_ID
 from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.publish.checks import Tokenizers, check_folder, config_provenance
 from eagle3_synth.publish.hub import PublishError, Released, check_tag_is_free, release
 from eagle3_synth.publish.tree import (
+    PREVIEW_CHARS,
     PREVIEW_COLUMNS,
     StagedTree,
     TreeLimits,
@@ -33,7 +34,8 @@ from eagle3_synth.publish.tree import (
     stage_tree,
 )
 
-__all__ = ["PREVIEW_COLUMNS", "PublishError", "PublishOptions", "PublishResult", "TreeLimits", "publish"]
+__all__ = ["PREVIEW_CHARS", "PREVIEW_COLUMNS", "PublishError", "PublishOptions", "PublishResult", "TreeLimits",
+           "publish"]
 
 # Git ref names the Hub accepts as tags, kept simple: v1.0.0, 2024-06-01, release_3 ...
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -46,8 +48,9 @@ class PublishOptions:
     tag: str
     private: bool = False
     dry_run: bool = False
-    # > 0: add `prompt_preview`/`output_preview` (first N decoded characters) for the viewer.
-    preview_chars: int = 0
+    # The length of the `prompt_preview`/`output_preview` columns (each row decoded, its boundaries
+    # tagged: `publish.tree`), in characters of decoded text; None: no preview columns.
+    preview_chars: int | None = PREVIEW_CHARS
     # The tokenizer the data was made with, if not the one its run_info records.
     tokenizer: str | None = None
     trust_remote_code: bool = False
@@ -65,7 +68,8 @@ class PublishOptions:
             raise ConfigError(f"repo id {self.repo_id!r}: expected NAMESPACE/NAME, e.g. org/eagle3-synth")
         if not TAG.match(self.tag):
             raise ConfigError(f"--tag {self.tag!r}: use letters, digits, '.', '_' or '-', e.g. v1.0.0")
-        check_range("preview_chars", self.preview_chars)
+        if self.preview_chars is not None:
+            check_range("preview_chars", self.preview_chars)
         if not Path(self.folder).is_dir():
             raise ConfigError(f"{self.folder}: no such folder")
 
@@ -82,8 +86,8 @@ def _stage_root(options: PublishOptions) -> tuple[Path, bool, bool]:
     if options.stage_dir is not None:
         return Path(options.stage_dir), False, False
     if options.dry_run:
-        return Path(options.folder) / ".publish" / options.tag, True, False
-    return Path(tempfile.mkdtemp(prefix=".publish-", dir=options.folder)), True, True
+        return Path(options.folder) / PUBLISH_STAGING / options.tag, True, False
+    return Path(tempfile.mkdtemp(prefix=f"{PUBLISH_STAGING}-", dir=options.folder)), True, True
 
 
 def _api(options: PublishOptions):

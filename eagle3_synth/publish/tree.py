@@ -9,11 +9,14 @@ Layout (what `load_dataset(repo, config)` and the Hub's viewer read):
     figures/<config>-output-lengths.png    the length histogram embedded in the card
 
 Shards are always rewritten, not copied, by the package's one Parquet writer (`dataset.parquet`):
-each row group stays under `row_group_bytes` (the viewer copies Parquet as-is only below 100 MB per
-row group, and refuses to scan more than ~286 MiB at once), files end near `shard_bytes`, a page
-index is written for random access, and the optional preview columns are added. Rewriting the
-same rows gives the same bytes, so a config that did not change between releases is not uploaded
-again (LFS deduplicates by sha256).
+each row group stays under `row_group_bytes` (the viewer reads its first rows from these very
+files and refuses a read of more than 300 MB at once: `ShardLimits`), files end near `shard_bytes`,
+a page index is written for random access, and the preview columns are added: `prompt_preview`
+and `output_preview` right after `output_ids`, the row decoded with its boundaries tagged
+(`view.render.output_preview`), so the viewer, which shows columns in schema order, shows text
+beside the ids. The ids columns are copied as Arrow arrays, never decoded and re-encoded.
+Rewriting the same rows gives the same bytes, so a config that did not change between releases
+is not uploaded again (LFS deduplicates by sha256).
 
 No `.py` file is ever staged: a loading script beside the data makes `load_dataset` fail.
 """
@@ -35,6 +38,7 @@ from datasets import Features, Value
 from huggingface_hub import DatasetCard
 
 from eagle3_synth.dataset.folder import (
+    RUN_DIR_KEY,
     RUN_INFO_FILE,
     config_files,
     display_name,
@@ -42,12 +46,32 @@ from eagle3_synth.dataset.folder import (
     read_run_info,
 )
 from eagle3_synth.dataset.card import config_data_files, render_card
-from eagle3_synth.contract.row import FEATURES
-from eagle3_synth.dataset.parquet import ShardLimits, features_with, parquet_rows, write_shards
+from eagle3_synth.dataset.parquet import (
+    ShardLimits,
+    SplitBytes,
+    features_with,
+    parquet_bytes,
+    parquet_rows,
+    write_shards,
+)
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.view.render import output_preview, prompt_preview
 
 FIGURES_DIR = "figures"
 PREVIEW_COLUMNS = ("prompt_preview", "output_preview")
+# The previews' default length, in characters of decoded text per column: a screen of text in a cell.
+# The viewer's first rows are at most 1 MB of JSON: at least 10 rows, more while they fit; when 10 do
+# not, their cells are cut to 100 bytes each, the last rows first (dataset-viewer f62009e
+# services/worker/src/worker/config.py `FirstRowsConfig`, libs/libcommon/src/libcommon/viewer_utils/
+# truncate_rows.py `create_truncated_row_items`). A long row's ids weigh far more there (about 6 bytes
+# of JSON an id) than two previews of this length.
+PREVIEW_CHARS = 2000
+# The contract column the preview columns follow: the viewer lists a split's columns in schema order
+# (dataset-viewer f62009e libs/libcommon/src/libcommon/viewer_utils/features.py `to_features_list`),
+# so the text shows beside the ids, after the row's ids (`sample_id`, `source_id`).
+PREVIEW_AFTER = "output_ids"
+# The columns a row's output preview is made from (its ids and boundaries).
+_OUTPUT_REGION_COLUMNS = ("output_ids", "reasoning_start", "think_end", "response_start", "tool_calls", "stop_index")
 # Rows read from the built shards at a time; small enough that a batch never dominates a row group.
 READ_BATCH_ROWS = 64
 
@@ -67,28 +91,18 @@ class StagedTree:
     files: list[str] = field(default_factory=list)
     # The rows of each config's `validation` split (configs built with --validation only).
     validation_rows: dict[str, int] = field(default_factory=dict)
+    # Each config's sizes per split, as the card states them.
+    split_bytes: dict[str, dict[str, SplitBytes]] = field(default_factory=dict)
 
     def size(self, path: str) -> int:
         return (self.root / path).stat().st_size
 
 
-def features_with_previews(preview_chars: int) -> Features:
-    """The contract's features, plus the two preview string columns when previews are on."""
-    return features_with({name: Value("string") for name in PREVIEW_COLUMNS} if preview_chars else None)
-
-
-def decoded_preview(tokenizer: Any, ids: Sequence[int], chars: int) -> str:
-    """The first `chars` characters of `decode(ids)`, special tokens kept, decoding only a prefix.
-
-    A prefix of ids can end inside a multi-byte character, which decodes to a replacement
-    character; a margin of characters past `chars` keeps that out of the preview.
-    """
-    count = chars
-    while True:
-        text = tokenizer.decode(list(ids[:count]), skip_special_tokens=False)
-        if count >= len(ids) or len(text) >= chars + 8:
-            return text[:chars]
-        count *= 2
+def features_with_previews(preview_chars: int | None) -> Features:
+    """The contract's features, with the two preview string columns after `output_ids` when previews are on."""
+    if preview_chars is None:
+        return features_with(None)
+    return features_with({name: Value("string") for name in PREVIEW_COLUMNS}, after=PREVIEW_AFTER)
 
 
 def _batches(files: Sequence[Path]) -> Iterator[pa.RecordBatch]:
@@ -96,18 +110,23 @@ def _batches(files: Sequence[Path]) -> Iterator[pa.RecordBatch]:
         yield from pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS)
 
 
-def _with_previews(batch: pa.RecordBatch, schema: pa.Schema, tokenizer: Any, chars: int) -> pa.RecordBatch:
-    columns = [batch.column(name) for name in FEATURES]
-    if chars:
-        for name in ("prompt_ids", "output_ids"):
-            ids = batch.column(name).to_pylist()
-            columns.append(pa.array([decoded_preview(tokenizer, row, chars) for row in ids], pa.string()))
+def _with_previews(batch: pa.RecordBatch, schema: pa.Schema, tokenizer: Any, chars: int | None) -> pa.RecordBatch:
+    """`batch` in `schema`'s order: its columns as they are, the preview columns (if any) made from them."""
+    previews: dict[str, pa.Array] = {}
+    if chars is not None:
+        prompts = batch.column("prompt_ids").to_pylist()
+        rows = batch.select(list(_OUTPUT_REGION_COLUMNS)).to_pylist()
+        previews = {
+            "prompt_preview": pa.array([prompt_preview(tokenizer, ids, chars) for ids in prompts], pa.string()),
+            "output_preview": pa.array([output_preview(row, tokenizer, chars) for row in rows], pa.string()),
+        }
+    columns = [previews[name] if name in previews else batch.column(name) for name in schema.names]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def write_config_shards(
     sources: Sequence[Path], target: Path, features: Features, limits: TreeLimits,
-    tokenizer: Any = None, preview_chars: int = 0, split: str = "train",
+    tokenizer: Any = None, preview_chars: int | None = None, split: str = "train",
 ) -> list[Path]:
     """Rewrite a config's rows of `split` (in order) into viewer-sized shards under `target`."""
     schema = features.arrow_schema
@@ -116,8 +135,10 @@ def write_config_shards(
 
 
 def _public_run_info(info: dict[str, Any]) -> dict[str, Any]:
-    """run_info with local paths replaced by their display names: a local folder layout is private."""
+    """run_info with local paths replaced by their display names, and without the run directory
+    (what a later build compares, `check_out_folder`): a local folder layout is private."""
     info = json.loads(json.dumps(info))
+    info.pop(RUN_DIR_KEY, None)
     meta, display = info.get("meta", {}), info.get("display", {})
     for key in ("model", "tokenizer"):
         if meta.get(key):
@@ -133,11 +154,12 @@ def stage_tree(
     repo_id: str,
     version: str,
     limits: TreeLimits = TreeLimits(),
-    preview_chars: int = 0,
+    preview_chars: int | None = None,
     tokenizer_for: Callable[[str], Any] | None = None,
     echo: Callable[[str], None] = print,
 ) -> StagedTree:
-    """Write the release tree of `configs` from `folder` into the empty folder `root`."""
+    """Write the release tree of `configs` from `folder` into the empty folder `root`; `preview_chars`:
+    the previews' length (`view.render.output_preview`), None for none."""
     from eagle3_synth.dataset.stats import plot_output_lengths
 
     features = features_with_previews(preview_chars)
@@ -145,14 +167,17 @@ def stage_tree(
     plots: dict[str, str] = {}
     run_infos: dict[str, dict[str, Any] | None] = {}
     for config in configs:
-        tokenizer = tokenizer_for(config) if (preview_chars and tokenizer_for) else None
+        tokenizer = tokenizer_for(config) if (preview_chars is not None and tokenizer_for) else None
         shards = write_config_shards(config_files(folder, config), root / config, features, limits, tokenizer,
                                      preview_chars)
         tree.num_rows[config] = parquet_rows(shards)
+        tree.split_bytes[config] = {"train": parquet_bytes(shards)}
         held_out = config_files(folder, config, "validation")
         if held_out:  # the same rewrite, so both splits load with load_dataset(..., split=...)
-            tree.validation_rows[config] = parquet_rows(write_config_shards(
-                held_out, root / config, features, limits, tokenizer, preview_chars, split="validation"))
+            validation = write_config_shards(held_out, root / config, features, limits, tokenizer, preview_chars,
+                                             split="validation")
+            tree.validation_rows[config] = parquet_rows(validation)
+            tree.split_bytes[config]["validation"] = parquet_bytes(validation)
         run_infos[config] = read_run_info(folder, config)
         if run_infos[config] is not None:
             (root / config / RUN_INFO_FILE).write_text(
@@ -168,7 +193,7 @@ def stage_tree(
         list(configs), tree.num_rows, stats=folder_stats(root, configs), run_infos=run_infos,
         repo_id=repo_id, version=version, plots=plots, features=features,
         data_files={c: config_data_files(c, validation=c in tree.validation_rows) for c in configs},
-        validation_rows=tree.validation_rows,
+        validation_rows=tree.validation_rows, split_bytes=tree.split_bytes,
     )
     (root / "README.md").write_text(card, encoding="utf-8")
     tree.files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -179,8 +204,8 @@ def stage_tree(
 def verify_tree(tree: StagedTree, limits: TreeLimits) -> None:
     """Check the staged tree as a reader will see it; raise ConfigError on the first class of problem.
 
-    The card's YAML must describe exactly the tree (configs, their data files, row counts,
-    features), every Parquet file must fit the viewer's limits with the declared schema, and the
+    The card's YAML must describe exactly the tree (configs, their data files, row counts, byte
+    sizes, features), every Parquet file must fit the viewer's limits with the declared schema, and the
     card must point only at files that are there.
     """
     problems: list[str] = []
@@ -208,19 +233,32 @@ def verify_tree(tree: StagedTree, limits: TreeLimits) -> None:
         if not shards or not all(any(fnmatch(f, pattern) for pattern in patterns) for f in shards):
             problems.append(f"{config}: Parquet files {shards} do not match {' or '.join(patterns)}")
         rows = {"train": 0, "validation": 0}
+        sizes = {"train": SplitBytes(), "validation": SplitBytes()}
         for name in shards:
             parquet = pq.ParquetFile(tree.root / name)
-            rows["validation" if Path(name).name.startswith("validation-") else "train"] += parquet.metadata.num_rows
+            split = "validation" if Path(name).name.startswith("validation-") else "train"
+            rows[split] += parquet.metadata.num_rows
+            sizes[split] += parquet_bytes([tree.root / name])
             if not parquet.schema_arrow.remove_metadata().equals(expected_schema):
                 problems.append(f"{name}: schema differs from the card's features")
             for i in range(parquet.metadata.num_row_groups):
                 group = parquet.metadata.row_group(i).total_byte_size
                 if group > limits.row_group_bytes:
                     problems.append(f"{name}: row group {i} is {group} bytes, over {limits.row_group_bytes}")
-        splits = {s["name"]: s.get("num_examples") for s in infos.get(config, {}).get("splits", [])}
+        info = infos.get(config, {})
+        splits = {s["name"]: s for s in info.get("splits", [])}
         for split, count in rows.items():
-            if splits.get(split, 0) != count:
-                problems.append(f"{config}: the card says {splits.get(split, 0)} {split} rows, the files hold {count}")
+            said = splits.get(split, {})
+            if said.get("num_examples", 0) != count:
+                problems.append(f"{config}: the card says {said.get('num_examples', 0)} {split} rows, "
+                                f"the files hold {count}")
+            if said.get("num_bytes", 0) != sizes[split].num_bytes:
+                problems.append(f"{config}: the card says {split} is {said.get('num_bytes', 0)} bytes, "
+                                f"its row groups hold {sizes[split].num_bytes}")
+        total = sizes["train"] + sizes["validation"]
+        if (info.get("download_size"), info.get("dataset_size")) != (total.files, total.num_bytes):
+            problems.append(f"{config}: the card's download_size/dataset_size {info.get('download_size')}/"
+                            f"{info.get('dataset_size')} != the files' {total.files}/{total.num_bytes}")
         declared = Features._from_yaml_list(infos.get(config, {}).get("features", []))
         if declared != tree.features:
             problems.append(f"{config}: the card's features differ from the staged columns")

@@ -24,7 +24,7 @@ from eagle3_synth.prompts.held_out import run_validation, split_of, validation_c
 from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.kill_points import kill_point
-from eagle3_synth.run.progress import MAX_LISTED, Coverage
+from eagle3_synth.run.progress import MAX_LISTED, Coverage, PromptCounts
 from eagle3_synth.run.shards import Shard
 
 # Rows per Arrow table handed to the writer: large enough that per-table costs vanish, small
@@ -212,7 +212,7 @@ def no_rows_message(run_dir: str, config: str, coverage: Coverage, out: str | No
     counts = Counter(reject["reason"] for reject in RunDirectory(run_dir).iter_rejects())
     rejected = ", ".join(f"{reason}={n}" for reason, n in counts.most_common()) or "none"
     written = f"nothing written to {out}, whose other configs stay loadable" if out else "nothing written"
-    return (f"{config}: no row to write ({coverage.prompts} prompts kept, rejected: {rejected}; "
+    return (f"{config}: no row to write ({coverage.counts.prompts} prompts kept, rejected: {rejected}; "
             f"{coverage.finish_reasons.get('abort', 0)} failed): {written}. "
             f"Each rejected prompt is listed with its reason in {run_dir}/rejects.jsonl")
 
@@ -238,8 +238,7 @@ def check_run(run_dir: str, config: str) -> Coverage:
     return Coverage(
         config=config,
         run_dir=run_dir,
-        prompts=len(slots),
-        rejected=sum(1 for _ in run.iter_rejects()),
+        counts=PromptCounts.of(slots.conversation, int(slots.turns.sum()), run.iter_rejects()),
         finish_reasons=index.finish_reasons(),
         failed=failed,
         missing=slots.first[unfinished],

@@ -39,7 +39,7 @@ from eagle3_synth.run.replay_check import ReplayCheck
 from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
 from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, check_held_out, stage, survey, within
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
-from eagle3_synth.run.progress import Progress, RunSummary
+from eagle3_synth.run.progress import Progress, PromptCounts, RunSummary, StepNotes, run_label
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,9 @@ def _rollouts_to_do(run: RunDirectory, index: JournalIndex, options: RunOptions,
     shard = options.shard
     slots = run.prompt_slots()
     states = rollout_states(slots, index, shard, options.retry_errors)
-    summary.rejected = sum(1 for reject in run.iter_rejects()
-                           if shard.owns(reject.get("conversation_id", reject["sample_id"])))
-    summary.prompts = len(states.state) + summary.rejected
+    rejects = (r for r in run.iter_rejects() if shard.owns(r.get("conversation_id", r["sample_id"])))
+    summary.counts = PromptCounts.of(slots.conversation[states.rollout], int(slots.turns[states.rollout].sum()),
+                                     rejects)
     summary.already_done = states.count(DONE)
     summary.failed_before = states.count(FAILED)
     return states, set(slots.first[states.rollout[states.unfinished]].tolist())
@@ -293,25 +293,28 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
         return _generate(spec, options, progress_stream=progress_stream)
 
 
-def _start_engine(spec: RunSpec, options: RunOptions, setup: RunSetup) -> Engine:
+def _start_engine(spec: RunSpec, options: RunOptions, setup: RunSetup, note: StepNotes) -> Engine:
     """The run's engine; `replay` plays the records `run_setup` checked, without parsing the file again."""
     checked = setup.replay.result()  # awaited: a bad replay file starts no engine
+    note(f"starting the engine: {engine_description(spec, options)}")
     return create_engine(options.engine, replace(engine_options(spec, options), replay_checked=checked))
 
 
 def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
     started = time.monotonic()
     run = RunDirectory(options.run_dir)
+    note = StepNotes(run_label(spec.config.name, str(options.shard)), progress_stream)
+    note("loading the tokenizer, checking its chat template")
     setup = run_setup(spec, options, run)
     try:
         with setup.replay.errors_after():
-            return _generate_set_up(spec, options, run, setup, started, progress_stream)
+            return _generate_set_up(spec, options, run, setup, started, note)
     finally:
         setup.close()
 
 
 def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setup: RunSetup, started: float,
-                     progress_stream: TextIO | None) -> RunSummary:
+                     note: StepNotes) -> RunSummary:
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
     profile, markers, chat = setup.profile, setup.markers, setup.chat
     fields = fingerprint_fields(spec, profile, chat)
@@ -326,8 +329,9 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
             # Prepared before the engine starts (staging.py): a bad source or template shows before
             # a model loads; an engine that loads nothing (sglang-http) tells its limit first.
             if options.engine in LIMIT_BEFORE_PREPARING:
-                engine = _start_engine(spec, options, setup)
+                engine = _start_engine(spec, options, setup, note)
                 limits = prompt_limit(spec, engine)
+            note("preparing the prompts: reading them, templating each with the chat template")
             prepared = stage(run, spec, options, chat, chats, limits or (spec.max_prompt_tokens, OUR_LIMIT),
                              _rollout_reject(options.strict), poll=setup.replay.raise_if_refused)
             staged = prepared.staged
@@ -341,7 +345,7 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
             kill_point("run.claimed")
             if staged is not None:
                 if prepared.kept and engine is None:
-                    engine = _start_engine(spec, options, setup)
+                    engine = _start_engine(spec, options, setup, note)
                     limits = prompt_limit(spec, engine)
                 if limits:
                     staged = within(run, prepared, *limits)
@@ -357,12 +361,11 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
         index = run.scan(run_fingerprint)
         states, todo = _rollouts_to_do(run, index, options, summary)
         if todo:
-            engine = engine or _start_engine(spec, options, setup)
+            engine = engine or _start_engine(spec, options, setup, note)
             limits = limits or prompt_limit(spec, engine)
             next_turns = NextTurns(chats, markers, profile, limits[0])
-            progress = Progress(summary, total=summary.prompts - summary.rejected,
-                                done=summary.already_done + summary.failed_before, engine=engine,
-                                stream=progress_stream)
+            progress = Progress(summary, total=summary.counts.rollouts, done=summary.already_done
+                                + summary.failed_before, engine=engine, stream=note.stream).start()
 
             def stop_at_deadline() -> None:
                 summary.stopped = "deadline"

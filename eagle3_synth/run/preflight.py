@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.contract.ranges import check_ranges
+from eagle3_synth.engines import LOADS_MODEL, EngineOptions, check_engine
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.spec import RunOptions, RunSpec
 
@@ -29,13 +30,10 @@ def check_plumbing(options: RunOptions) -> None:
                   "max_hours": options.max_hours, "workers": options.workers})
 
 
-def check_device(engine: str, device: str | None) -> None:
-    """`--device` names a torch device that exists here (the transformers engine; others refuse it)."""
+def check_device(device: str | None) -> None:
+    """`--device` names a torch device that exists here (which engines take it: `engines.ENGINE_OPTIONS`)."""
     if device is None:
         return
-    if engine != "transformers":
-        raise ConfigError(f"--device applies to --engine transformers only, not --engine {engine} "
-                          "(an SGLang engine takes its devices as --engine-arg, e.g. tp_size=8)")
     import torch
 
     try:
@@ -121,13 +119,24 @@ def _safetensors_problem(file: Path) -> str | None:
     return None
 
 
-def check_model_folder(path: str | None, option: str = "--model") -> None:
+# Weight files a model folder is loaded from: transformers' *.safetensors and *.bin, and SGLang's
+# (sglang 0.5.23 srt/model_loader/loader.py `DefaultModelLoader._prepare_weights`: those two for
+# load_format auto, *.pt as its fallback and for load_format pt).
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
+
+
+def check_model_folder(path: str | None, option: str = "--model", *, loaded_by: str | None = None,
+                       weights: bool = True) -> None:
     """A model folder's config.json parses and its safetensors weights are whole (headers and
-    sizes only, read in milliseconds), so a damaged download fails here, not after minutes."""
+    sizes only, read in milliseconds), so a damaged download fails here, not after minutes.
+    `loaded_by`: the engine that loads the model from it (`engines.LOADS_MODEL`), so the folder must
+    hold one: a config.json with a model_type and (`weights`: the engine reads them from the
+    folder) weight files, or a tokenizer's folder fails here, not after the prompts are prepared."""
     if path is None:
         return
     folder = Path(path)
     config = folder / "config.json"
+    missing = []
     if config.is_file():
         try:
             value: Any = json.loads(config.read_text(encoding="utf-8"))
@@ -135,14 +144,33 @@ def check_model_folder(path: str | None, option: str = "--model") -> None:
             raise ConfigError(f"{option} {path}: config.json is not valid JSON ({exc})") from None
         if not isinstance(value, dict):
             raise ConfigError(f"{option} {path}: config.json is not a JSON object")
-    for weights in sorted(folder.glob("*.safetensors")):
+        if not value.get("model_type"):
+            missing.append("its config.json has no model_type")
+    else:
+        missing.append("no config.json")
+    if weights and not any(next(folder.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        missing.append(f"no weights ({', '.join(WEIGHT_PATTERNS)})")
+    if loaded_by is not None and missing:
+        raise ConfigError(f"{option} {path}: {' and '.join(missing)}, and --engine {loaded_by} loads the model from "
+                          "this folder (a folder with only a tokenizer is --tokenizer, or --model of --engine replay)")
+    for weights_file in sorted(folder.glob("*.safetensors")):
         try:
-            problem = _safetensors_problem(weights)
+            problem = _safetensors_problem(weights_file)
         except OSError as exc:
             problem = f"cannot be read ({exc.strerror or exc})"
         if problem:
-            raise ConfigError(f"{option} {path}: weights file {weights.name} is damaged ({problem}); "
+            raise ConfigError(f"{option} {path}: weights file {weights_file.name} is damaged ({problem}); "
                               "download it again")
+
+
+def check_model_and_engine(engine: str, model: str | None, options: EngineOptions) -> None:
+    """The model folder (`check_model_folder`; where this process loads the model, one that holds a
+    model: its weights there unless `--engine-arg load_format` tells SGLang where they come from --
+    dummy: none, remote ...), and the engine's own checks (`engines.check_engine`: every
+    `--engine-arg` against the SGLang installed here)."""
+    check_model_folder(model, loaded_by=engine if engine in LOADS_MODEL else None,
+                       weights="load_format" not in options.engine_args)
+    check_engine(engine, options)
 
 
 def check_chat_template(tokenizer: Any, folder: str, option: str) -> None:
@@ -170,12 +198,12 @@ def check_before_loading(spec: RunSpec, options: RunOptions) -> None:
     sampling = spec.sampling
     check_ranges({"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k})
     check_plumbing(options)
-    check_device(options.engine, options.engine_options.device)
+    check_device(options.engine_options.device)
     model = spec.model
     check_input_file(model.replay_file, "--replay")
     check_input_file(model.profile_file, "--profile-file")
     check_input_file(spec.prompts.prompts_file, "--prompts")
     for source in spec.prompts.selection.source_files:
         check_input_file(source, "--source-file")
-    check_model_folder(model.model)
+    check_model_and_engine(options.engine, model.model, options.engine_options)
     check_output_folder(options.run_dir, "--run-dir")

@@ -1,18 +1,26 @@
 """What a run tells its user: live progress, the end-of-run summary, and what assembly found.
 
-Progress is per config (and shard): samples done/total, samples/s, output tokens/s, prefix-cache hit
+Progress is per config (and shard): rollouts done/total, samples/s, output tokens/s, prefix-cache hit
 rate (cached / prompt tokens, as the engine reports them), requests in flight (engines that have an
-`in_flight` attribute) and ETA. On a terminal it redraws one line; otherwise (a batch job's log) it
-logs a plain line every `log_every` seconds, so a days-long run leaves a readable trail.
+`in_flight` attribute), ETA and the time since generation started. On a terminal it redraws one
+line, from a thread every second too, so the line moves while a batch is still generating, and
+each step before generation (the tokenizer, the prompts, the engine) is named as it starts
+(`StepNotes`); otherwise (a batch job's log) it logs a plain line every `log_every` seconds, so a
+days-long run leaves a readable trail and no more.
+
+The counts name their unit (`PromptCounts`): a prompt is a source conversation kept, a rollout one
+of its `--samples-per-prompt` generations (the unit of "done", of shards and of the ETA), a sample
+one turn of a rollout (one row).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -41,6 +49,63 @@ def _ratio(part: float, whole: float) -> float:
     return part / whole if whole else 0.0
 
 
+def run_label(config: str, shard: str) -> str:
+    """How a run's lines name it: the config, and the shard where it is one of several."""
+    return config if shard == "all samples" else f"{config} {shard}"
+
+
+def _on_terminal(stream: TextIO) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+@dataclass(frozen=True)
+class PromptCounts:
+    """What a run's prompt list holds (for one shard), in its three units: prompts (source
+    conversations with a rollout kept), their rollouts (`--samples-per-prompt` each: the unit of
+    "done"), and the samples those can give (one per turn, one row each; a tool loop may end sooner).
+    A reject counts where it fell: a prompt none of whose rollouts was kept, or one rollout of a
+    kept prompt (its drawn template kwargs, the engine's own length limit)."""
+
+    prompts: int = 0
+    rollouts: int = 0
+    samples: int = 0
+    rejected_prompts: int = 0
+    rejected_rollouts: int = 0
+
+    @classmethod
+    def of(cls, conversations: np.ndarray, samples: int, rejects: Iterable[dict[str, Any]]) -> PromptCounts:
+        """`conversations`: each kept rollout's conversation id; `samples`: the turns they take in all;
+        `rejects`: rejects.jsonl's records."""
+        kept = set(np.unique(conversations).tolist())
+        rejected = [reject.get("conversation_id", reject["sample_id"]) for reject in rejects]
+        return cls(prompts=len(kept), rollouts=len(conversations), samples=samples,
+                   rejected_prompts=len(set(rejected) - kept),
+                   rejected_rollouts=sum(conversation in kept for conversation in rejected))
+
+    @property
+    def one_sample_per_prompt(self) -> bool:
+        """Whether prompts, rollouts and samples are the same count (one rollout of one turn each)."""
+        return self.prompts == self.rollouts == self.samples and not self.rejected_rollouts
+
+    @property
+    def unit(self) -> str:
+        """What "done" counts: prompts, or rollouts where a prompt has several (or lost one)."""
+        return "prompts" if self.rollouts == self.prompts and not self.rejected_rollouts else "rollouts"
+
+    @property
+    def done_unit(self) -> str:
+        """The word for a count of rollouts (done, left, missing): samples where a prompt is one
+        sample, else prompts where a prompt is one rollout (of several turns), else rollouts."""
+        return "samples" if self.one_sample_per_prompt else self.unit
+
+    def kept(self) -> str:
+        """'30 prompts kept (2 rejected)', and the rollouts where they are not the prompts."""
+        words = f"{self.prompts} prompts kept ({self.rejected_prompts} rejected)"
+        if self.unit == "prompts":
+            return words
+        return f"{words}, {self.rollouts} rollouts ({self.rejected_rollouts} rejected)"
+
+
 @dataclass
 class RunSummary:
     """What one `generate` call did, for the end-of-run summary and the exit status."""
@@ -48,11 +113,10 @@ class RunSummary:
     config: str
     run_dir: str
     shard: str = "all samples"
-    prompts: int = 0  # prompts of this shard, prepared or rejected
-    rejected: int = 0  # could not be templated (rejects.jsonl): never generated
-    already_done: int = 0  # had a result before this call
+    counts: PromptCounts = field(default_factory=PromptCounts)  # this shard's prompts, rollouts and samples
+    already_done: int = 0  # rollouts finished before this call
     failed_before: int = 0  # had only errors before this call and were not retried (no --retry-errors)
-    generated: int = 0
+    generated: int = 0  # samples (results, one per turn) generated in this call
     finish_reasons: Counter = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -60,7 +124,7 @@ class RunSummary:
     cached_tokens: int = 0
     seconds: float = 0.0  # the whole call, tokenizer and engine start-up included
     generation_seconds: float = 0.0  # from the first request (engine up) to the end: what rates are over
-    remaining: int = 0  # samples of this shard still without a result when the call ended
+    remaining: int = 0  # rollouts of this shard not finished when the call ended
     stopped: str | None = None  # "deadline" (--max-hours), "terminated" (SIGTERM) or "interrupted" (Ctrl-C)
     # The cap asked for; `length` finishes with fewer tokens mean the engine lowered it to fit the
     # context or the KV budget (SGLang's scheduler does, silently): valid rows, counted apart.
@@ -85,16 +149,13 @@ class RunSummary:
         if result.finish_reason == "abort":
             self.errors.append(f"sample_id {result.sample_id}: {result.error or 'aborted by the engine'}")
 
-    @property
-    def kept(self) -> int:
-        """Prompts prepared (what the other summary lines count as prompts): rejects excluded."""
-        return self.prompts - self.rejected
-
     def lines(self) -> list[str]:
-        where = self.config if self.shard == "all samples" else f"{self.config} {self.shard}"
+        counts = self.counts
+        samples = "" if counts.one_sample_per_prompt else " samples"
+        done = "" if counts.unit == "prompts" else f" {counts.unit}"
         lines = [
-            f"{where}: {self.kept} prompts kept ({self.rejected} rejected), {self.already_done} already in "
-            f"{self.run_dir}, {self.generated} generated in {format_duration(self.generation_seconds)} "
+            f"{run_label(self.config, self.shard)}: {counts.kept()}, {self.already_done}{done} already in "
+            f"{self.run_dir}, {self.generated}{samples} generated in {format_duration(self.generation_seconds)} "
             f"({_ratio(self.generated, self.generation_seconds):.2f} samples/s, "
             f"{_ratio(self.output_tokens, self.generation_seconds):.1f} output tokens/s, "
             f"prefix cache {_ratio(self.cached_tokens, self.prompt_tokens):.0%}); "
@@ -120,12 +181,30 @@ class RunSummary:
         if self.remaining:
             why = {"deadline": "reached --max-hours", "terminated": "stopped by SIGTERM", "interrupted": "interrupted"
                    }.get(self.stopped or "", "the engine returned no result for some samples")
-            lines.append(f"  {why}: {self.remaining} samples left; run the same command again to continue")
+            lines.append(f"  {why}: {self.remaining} {self.counts.done_unit} left; "
+                         "run the same command again to continue")
         return lines
 
 
+class StepNotes:
+    """On a terminal, one line as each step before generation starts ("loading the tokenizer",
+    "preparing the prompts", "starting the engine"): the waits that show nothing of their own.
+    Off a terminal it says nothing (the run's log lines say where it stands)."""
+
+    def __init__(self, label: str, stream: TextIO | None = None):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = _on_terminal(self.stream)
+
+    def __call__(self, doing: str) -> None:
+        if self.tty:
+            self.stream.write(f"{self.label}: {doing} ...\n")
+            self.stream.flush()
+
+
 class Progress:
-    """Live progress of one config's generation; feed it every result with `update`."""
+    """Live progress of one config's generation; feed it every result with `update`, `start` it
+    for the terminal's redraws, `close` it at the end."""
 
     def __init__(
         self,
@@ -136,20 +215,37 @@ class Progress:
         engine: Any = None,
         stream: TextIO | None = None,
         log_every: float = 60.0,
-        redraw_every: float = 0.5,
+        redraw_every: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.summary = summary
-        self.total = total
+        self.total = total  # rollouts of the shard
         self.done = done
         self.engine = engine
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = _on_terminal(self.stream)
         self.every = redraw_every if self.tty else log_every
         self.clock = clock
         self.started = clock()
         self._last = self.started
         self._done_at_start = done
+        # The terminal's line is drawn from the generating thread (a result) and from the ticker.
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def start(self) -> Progress:
+        """On a terminal, draw the line now and again every `redraw_every` seconds until `close`:
+        elapsed time and rates move while no result comes (a batch generating, a long prefill)."""
+        if self.tty and self._ticker is None:
+            self._show()
+            self._ticker = threading.Thread(target=self._tick, name="eagle3-synth-progress", daemon=True)
+            self._ticker.start()
+        return self
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(self.every):
+            self._show()
 
     def in_flight(self) -> int | None:
         value = getattr(self.engine, "in_flight", None)
@@ -159,15 +255,15 @@ class Progress:
     def line(self) -> str:
         s = self.summary
         elapsed = self.clock() - self.started
-        rate = _ratio(s.generated, elapsed)
         left = max(self.total - self.done, 0)
-        where = s.config if s.shard == "all samples" else f"{s.config} {s.shard}"
-        parts = [
-            f"{where}: {self.done}/{self.total} ({_ratio(self.done, self.total):.1%})",
-            f"{rate:.2f} samples/s",
-            f"{_ratio(s.output_tokens, elapsed):.1f} output tokens/s",
-            f"prefix cache {_ratio(s.cached_tokens, s.prompt_tokens):.0%}",
-        ]
+        parts = [f"{run_label(s.config, s.shard)}: {self.done}/{self.total} {s.counts.done_unit} "
+                 f"({_ratio(self.done, self.total):.1%})"]
+        if s.generated:
+            parts += [f"{_ratio(s.generated, elapsed):.2f} samples/s",
+                      f"{_ratio(s.output_tokens, elapsed):.1f} output tokens/s",
+                      f"prefix cache {_ratio(s.cached_tokens, s.prompt_tokens):.0%}"]
+        else:
+            parts.append("generating, no result yet")
         in_flight = self.in_flight()
         if in_flight is not None:
             parts.append(f"in flight {in_flight}")
@@ -179,28 +275,35 @@ class Progress:
             parts.append(f"retractions {s.retractions}")
         if s.errors:
             parts.append(f"errors {len(s.errors)}")
+        parts.append(f"{format_duration(elapsed)} elapsed")
         return " | ".join(parts)
 
     def update(self, result: GenerationResult, *, finished: bool = True) -> None:
         """Count a result; `finished`: it ends its rollout (a conversation's earlier turns do not)."""
-        self.summary.add(result)
-        self.done += finished
+        with self._lock:
+            self.summary.add(result)
+            self.done += finished
         now = self.clock()
         if now - self._last >= self.every or self.done == self.total:
             self._last = now
             self._show()
 
     def _show(self) -> None:
-        if self.tty:
-            filled = int(20 * _ratio(self.done, self.total))
-            self.stream.write(f"\r[{'#' * filled}{'.' * (20 - filled)}] {self.line()}\x1b[K")
-            self.stream.flush()
-        else:
-            log.info("%s", self.line())
+        with self._lock:
+            if self.tty:
+                filled = int(20 * _ratio(self.done, self.total))
+                self.stream.write(f"\r[{'#' * filled}{'.' * (20 - filled)}] {self.line()}\x1b[K")
+                self.stream.flush()
+            else:
+                log.info("%s", self.line())
 
     def close(self) -> None:
+        self._stopped.set()
+        if self._ticker is not None:
+            self._ticker.join()
         self.summary.generation_seconds = self.clock() - self.started
         if self.tty:
+            self._show()  # the line as it ends (an interrupted run's too)
             self.stream.write("\n")
             self.stream.flush()
 
@@ -211,11 +314,10 @@ class Coverage:
 
     config: str
     run_dir: str
-    prompts: int  # prepared prompts (rejected ones excluded)
-    rejected: int
+    counts: PromptCounts  # the prompts, rollouts and samples prepared, and the rejects
     finish_reasons: Counter  # of the result kept per sample; "abort" = every attempt failed
     failed: list[str]  # reasons of failed samples (first MAX_LISTED)
-    missing: np.ndarray  # sample_ids without any result
+    missing: np.ndarray  # the first sample_id of each rollout not finished
     layouts: dict[int, set[int]]  # num_shards -> shard indices that journaled here
     duplicates: int = 0
     torn: int = 0
@@ -237,9 +339,10 @@ class Coverage:
     def lines(self) -> list[str]:
         failed = self.finish_reasons.get("abort", 0)
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items()) if k != "abort")
+        unit = "" if self.counts.one_sample_per_prompt else f" {self.counts.done_unit}"
         lines = [
-            f"{self.config}: {self.prompts} prompts kept ({self.rejected} rejected) in {self.run_dir}: "
-            f"{self.rows} results ({reasons or 'none'}), {failed} failed, {len(self.missing)} not generated yet"
+            f"{self.config}: {self.counts.kept()} in {self.run_dir}: {self.rows} results "
+            f"({reasons or 'none'}), {failed} failed, {len(self.missing)}{unit} not generated yet"
         ]
         if failed:
             lines.append(f"  {failed} failed samples are left out of the dataset; "
@@ -256,7 +359,8 @@ class Coverage:
     def missing_message(self) -> str:
         """Why assembly refuses, which shards to run, and how to build anyway."""
         count = len(self.missing)
-        head = f"{self.config}: {count} of {self.prompts} samples in {self.run_dir} have no result yet"
+        head = (f"{self.config}: {count} of {self.counts.rollouts} {self.counts.done_unit} in {self.run_dir} "
+                "have no result yet")
         command = f"eagle3-synth generate {self.config} --run-dir {self.run_dir}"
         if not self.layouts:
             body = [f"nothing has been generated there; run `{command} ...` (or build with --model)"]

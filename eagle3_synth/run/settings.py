@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from eagle3_synth.engines import ENGINES, EngineOptions
+from eagle3_synth.engines import ENGINES, EngineOptions, check_options_used, options_given
 from eagle3_synth.engines.base import check_sampling
 from eagle3_synth.engines.dtypes import checkpoint_dtype, resolve_dtype
 from eagle3_synth.contract.ranges import check_range
@@ -158,11 +158,9 @@ class GenerationSettings:
             setattr(self, name, dict(value))
         if self.priority not in PRIORITIES:
             raise ConfigError(f"--priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
-        if self.priority != "none" and not self.engine.startswith("sglang"):
-            raise ConfigError(f"--priority applies to the sglang engines only (SGLang's priority scheduling), "
-                              f"not --engine {self.engine}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of {sorted(ENGINES)}")
+        check_options_used(self.engine, options_given(self))
         given = [name for name, on in (("--prompts", self.prompts), ("--source-file", self.source_files),
                                         ("--from-source", self.from_source)) if on]
         if len(given) > 1:

@@ -30,7 +30,7 @@ from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
 from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.prompts.held_out import run_validation, validation_conversations
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory, StagedPrompts
-from eagle3_synth.run.progress import RunSummary
+from eagle3_synth.run.progress import PromptCounts, RunSummary
 from eagle3_synth.run.spec import RunOptions, RunSpec
 
 log = logging.getLogger(__name__)
@@ -159,19 +159,22 @@ class DryRun:
         lines = [f"{self.config}: dry run (no engine started, nothing written)"]
         if self.prepared is not None:
             prepared = self.prepared
+            counts = PromptCounts.of(np.frombuffer(prepared.conversations, dtype=np.int64), prepared.turns,
+                                     prepared.rejects)
             reasons = ", ".join(f"{reason}={n}" for reason, n in sorted(prepared.rejects_by_reason().items()))
-            lines += [
-                f"  prompts: {prepared.kept} rollouts kept ({self.samples_per_prompt} per prompt), "
-                f"{len(prepared.rejects)} rejected ({reasons or 'none'})",
-                f"  samples: up to {prepared.turns} turns to generate, at most {self.max_new_tokens} new tokens each",
-            ]
+            lines.append(f"  prompts: {counts.prompts} kept, {counts.rejected_prompts} rejected; rejects by reason: "
+                         f"{reasons or 'none'}")
+            if counts.unit == "rollouts":
+                lines.append(f"  rollouts: {counts.rollouts} ({self.samples_per_prompt} per prompt, "
+                             f"{counts.rejected_rollouts} rejected)")
+            lines.append(f"  samples: up to {prepared.turns} to generate (one per turn), at most "
+                         f"{self.max_new_tokens} new tokens each")
         if self.existing is not None:
             summary = self.existing
-            lines += [
-                f"  prompts: {summary.prompts} in {self.run_dir} ({summary.rejected} rejected), "
-                f"{summary.already_done} rollouts done, {summary.failed_before} failed, "
-                f"{summary.remaining} to generate (--max-new-tokens {self.max_new_tokens})",
-            ]
+            counts = summary.counts
+            lines.append(f"  {counts.kept()} in {self.run_dir}; {summary.already_done} {counts.done_unit} "
+                         f"done, {summary.failed_before} failed, {summary.remaining} to generate "
+                         f"(--max-new-tokens {self.max_new_tokens})")
         lines += [
             f"  prompt limit: {'none' if limit is None else f'{limit} tokens'} ({why}); "
             "a tighter limit of the engine's own applies once it starts",

@@ -27,6 +27,8 @@ def display_text(tokenizer: Any, ids: Sequence[int], *, show_ids: bool = False) 
     padding) is shown as `⟨ID: not in the tokenizer⟩` in its place, never decoded (a negative id
     or one past 64 bits makes `decode` raise) and never dropped. `show_ids`: each token's id after it."""
     size = len(tokenizer)
+    if not show_ids and (len(ids) == 0 or (min(ids) >= 0 and max(ids) < size)):
+        return decode_ids(tokenizer, ids)  # every id a token: one decode, no loop over the ids here
     parts: list[str] = []
     run: list[int] = []
     for token in ids:

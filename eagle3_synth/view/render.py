@@ -29,10 +29,14 @@ def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
     """(label, start, end) spans covering `output_ids`, from the row's boundary columns (a column
     pointing past the output, in a row that breaks the contract, marks only what is there)."""
     n = len(row["output_ids"])
-    labels = ["other"] * n
+    painted = [("other", 0, n)] if n else []  # later marks paint over earlier ones
 
     def mark(start: int, stop: int, label: str) -> None:
-        labels[max(start, 0):max(min(stop, n), 0)] = [label] * max(min(stop, n) - max(start, 0), 0)
+        nonlocal painted
+        start, stop = max(start, 0), max(min(stop, n), 0)
+        if stop > start:
+            painted = ([(kind, s, min(e, start)) for kind, s, e in painted if s < start] + [(label, start, stop)]
+                       + [(kind, max(s, stop), e) for kind, s, e in painted if e > stop])
 
     reasoning_start, think_end, response_start = row["reasoning_start"], row["think_end"], row["response_start"]
     if reasoning_start >= 0:
@@ -46,11 +50,11 @@ def output_regions(row: dict[str, Any]) -> list[tuple[str, int, int]]:
     if row["stop_index"] >= 0:
         mark(row["stop_index"], row["stop_index"] + 1, "stop")
     spans: list[tuple[str, int, int]] = []
-    for i, label in enumerate(labels):
+    for label, start, end in painted:
         if spans and spans[-1][0] == label:
-            spans[-1] = (label, spans[-1][1], i + 1)
+            spans[-1] = (label, spans[-1][1], end)
         else:
-            spans.append((label, i, i + 1))
+            spans.append((label, start, end))
     return spans
 
 
@@ -109,20 +113,24 @@ def render_conversation(rows: list[dict[str, Any]], tokenizer: Any, *, colour: b
     return "\n".join(parts).rstrip("\n")
 
 
+def _tag(label: str, text: str, where: str = "", *, colour: bool = False, positions: bool = True) -> str:
+    """`text` as region `label`: `[label WHERE]text[/label]` (an `other` region untagged)."""
+    kind = label.split()[0]
+    body = f"{COLOURS[kind]}{text}{RESET}" if colour and COLOURS.get(kind) else text
+    opening = f"{label} {where}" if positions and where else label
+    return body if kind == "other" else f"[{opening}]{body}[/{label}]"
+
+
 def _sequence(row: dict[str, Any], tokenizer: Any, *, colour: bool, show_ids: bool, positions: bool = True,
               show_prompt: bool = True) -> str:
     """Prompt (unless not `show_prompt`) + output decoded, each output region tagged (see `render_row`)."""
-
-    def tag(label: str, text: str, where: str = "") -> str:
-        kind = label.split()[0]
-        body = f"{COLOURS[kind]}{text}{RESET}" if colour and COLOURS.get(kind) else text
-        opening = f"{label} {where}" if positions and where else label
-        return body if kind == "other" else f"[{opening}]{body}[/{label}]"
-
-    text = tag("prompt", _decode(tokenizer, list(row["prompt_ids"]), show_ids)) if show_prompt else ""
+    text = ""
+    if show_prompt:
+        text = _tag("prompt", _decode(tokenizer, list(row["prompt_ids"]), show_ids), colour=colour)
     output = list(row["output_ids"])
     for label, start, end in output_regions(row):
-        text += tag(label, _decode(tokenizer, output[start:end], show_ids), _span(start, end))
+        text += _tag(label, _decode(tokenizer, output[start:end], show_ids), _span(start, end), colour=colour,
+                     positions=positions)
     return text
 
 
@@ -141,3 +149,90 @@ def render_row(row: dict[str, Any], tokenizer: Any, *, colour: bool = False, sho
             parts.append(f"  tools: {row['tools']}")
     parts += ["sequence:", _sequence(row, tokenizer, colour=colour, show_ids=show_ids, positions=positions)]
     return "\n".join(parts)
+
+
+# -- previews: a row in a bounded number of characters, for the cells of the Hub's dataset viewer ------------
+def _elided(count: int) -> str:
+    return f"⟨… {count} token{'' if count == 1 else 's'} …⟩"
+
+
+def _fitting(tokenizer: Any, ids: list[int], chars: int, *, from_end: bool = False) -> tuple[int, str]:
+    """How many tokens from the start (the end) of `ids` decode to at most `chars` characters, and at
+    least 90% of them where the tokens allow, leaving no character cut in two at the cut (its lone
+    bytes decode to U+FFFD); and their text. Each try guesses from the characters per token the last
+    one showed (bisecting when that guess leaves the bracket), so a few decodes of about `chars`
+    characters do."""
+    texts: dict[int, str] = {}
+
+    def text(count: int) -> str:
+        if count not in texts:
+            texts[count] = _decode(tokenizer, ids[len(ids) - count:] if from_end else ids[:count], False)
+        return texts[count]
+
+    fits, over = 0, len(ids) + 1  # a count known to fit; one known not to (or past the end)
+    guess = min(len(ids), max(1, chars // 4))
+    while over - fits > 1:
+        size = len(text(guess))
+        if size <= chars:
+            fits = guess
+            if size * 10 >= chars * 9:
+                break
+        else:
+            over = guess
+        guess = guess * chars // max(size, 1)
+        if not fits < guess < over:
+            guess = (fits + over) // 2
+    for _ in range(3):  # a UTF-8 character spans at most 4 byte tokens
+        if not 0 < fits < len(ids) or "\ufffd" not in (text(fits)[:1] if from_end else text(fits)[-1:]):
+            break
+        fits -= 1
+    return fits, text(fits)
+
+
+def _shortened(tokenizer: Any, ids: list[int], chars: int) -> str:
+    """`ids` decoded in about `chars` characters: the first and the last tokens that fit in half each,
+    the tokens between counted in their place."""
+    head, first = _fitting(tokenizer, ids, chars // 2)
+    tail, last = _fitting(tokenizer, ids[head:], chars - chars // 2, from_end=True)
+    if head + tail >= len(ids):
+        return _decode(tokenizer, ids, False)
+    return first + _elided(len(ids) - head - tail) + last
+
+
+def _previews(tokenizer: Any, parts: list[list[int]], chars: int) -> list[str]:
+    """Each of `parts` decoded, all together in at most `chars` characters: the short ones whole, the
+    budget left shared evenly by the others, each shortened to its share (`_shortened`), so every
+    part shows. Parts are decoded whole from the fewest tokens up while they hold `chars` tokens in
+    all (a token rarely decodes to less than a character): the rest count as long undecoded."""
+    whole: list[str | None] = [None] * len(parts)
+    tokens = 0
+    for index in sorted(range(len(parts)), key=lambda i: len(parts[i])):
+        tokens += len(parts[index])
+        if tokens > chars:
+            break
+        whole[index] = _decode(tokenizer, parts[index], False)
+    left, open_ = chars, len(parts)
+    for length in sorted(len(text) for text in whole if text is not None):
+        if length * open_ > left:
+            break
+        left, open_ = left - length, open_ - 1
+    share = left // open_ if open_ else left
+    return [text if text is not None and len(text) <= share else _shortened(tokenizer, ids, share)
+            for text, ids in zip(whole, parts)]
+
+
+def prompt_preview(tokenizer: Any, ids: list[int], chars: int) -> str:
+    """The prompt decoded, special tokens kept, in about `chars` characters: a longer one shows its
+    first and last tokens (the system turn's start, the turn the output answers) around
+    `⟨… N tokens …⟩`."""
+    return _previews(tokenizer, [list(ids)], chars)[0]
+
+
+def output_preview(row: dict[str, Any], tokenizer: Any, chars: int) -> str:
+    """The output decoded with its regions tagged as `render_row` tags them (`[think_end 11]</think>
+    [/think_end]`), in about `chars` characters of decoded text besides the tags: every region shows,
+    a long one shortened to its share of the budget around `⟨… N tokens …⟩` (see `_previews`)."""
+    output = list(row["output_ids"])
+    regions = output_regions(row)
+    texts = _previews(tokenizer, [output[start:end] for _, start, end in regions], chars)
+    return "".join(_tag(label, text, _span(start, end)) for (label, start, end), text in zip(regions, texts))

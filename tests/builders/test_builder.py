@@ -21,7 +21,8 @@ from ..support.cli_processes import config_rows
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "python.md"
 CONFIG = "B1_glaive"
 # The snippet's settings as build options (what the rows are compared with).
-BUILD_OPTIONS = ["--model", "tests/fixtures/models/tiny-kimi", "--engine", "transformers", "--prompts", "p.jsonl",
+SNIPPET_PROMPTS = "eagle3_synth/prompts/samples/B1_glaive.jsonl"
+BUILD_OPTIONS = ["--model", "tests/fixtures/models/tiny-kimi", "--engine", "transformers", "--prompts", SNIPPET_PROMPTS,
                  "--max-new-tokens", "64", "--temperature", "0"]
 
 pytestmark = pytest.mark.skipif(not (TINY_MODEL / "config.json").exists(),
@@ -34,10 +35,13 @@ def docs_snippet() -> str:
 
 
 def workdir(root: Path) -> Path:
-    """A folder laid out as the snippet expects: the model at its repo path, three prompts in p.jsonl."""
+    """A folder laid out as the checkout's root is for the snippet: the model and the bundled prompts
+    at their repo paths; and three of those prompts in p.jsonl (the other tests' run)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "tests" / "fixtures" / "models").mkdir(parents=True, exist_ok=True)
     (root / "tests" / "fixtures" / "models" / "tiny-kimi").symlink_to(TINY_MODEL, target_is_directory=True)
+    (root / SNIPPET_PROMPTS).parent.mkdir(parents=True)
+    (root / SNIPPET_PROMPTS).symlink_to(sample_prompts_path(CONFIG))
     lines = Path(sample_prompts_path(CONFIG)).read_text(encoding="utf-8").splitlines(keepends=True)
     (root / "p.jsonl").write_text("".join(lines[:3]), encoding="utf-8")
     return root
@@ -68,11 +72,11 @@ def test_the_docs_snippet_gives_the_rows_of_build(tmp_path, monkeypatch, capsys)
     scope: dict = {}
     exec(docs_snippet(), scope)  # noqa: S102 - the docs' own code, run as a user would
     ds = scope["ds"]
-    assert "B1_glaive: 3 prompts kept (0 rejected), 0 already in runs/B1_glaive, 3 generated" in capsys.readouterr().out
+    assert "B1_glaive: 6 prompts kept (0 rejected), 0 already in runs/B1_glaive, 6 generated" in capsys.readouterr().out
 
     assert main(["build", CONFIG, *BUILD_OPTIONS, "--out", "ds"]) == 0
     built = config_rows(root / "ds")
-    assert ds.to_list() == built and len(built) == 3
+    assert ds.to_list() == built and len(built) == 6
     assert all(r["finish_reason"] in ("stop", "length") and r["completion_tokens"] <= 64 for r in built)
     # Not only the same rows: the same run, setting for setting.
     run_files = [json.loads((root / d / "run.json").read_text()) for d in ("runs/B1_glaive", "ds/.runs/B1_glaive")]

@@ -49,9 +49,9 @@ def test_a_rebuilt_folder_loads_its_new_rows_plainly(tmp_path, kimi_tokenizer):
     (tmp_path / "replay-1.jsonl").write_text(
         "".join(json.dumps({**records[(i + 1) % 6], "sample_id": i}) + "\n" for i in range(6)), encoding="utf-8")
     out, loaded = tmp_path / "ds", []
-    for attempt in (0, 1):
+    for attempt in (0, 1):  # the second from another run directory: it replaces the first's rows, as asked
         assert main(["build", "B1_glaive", "--model", str(KIMI_TOKENIZER), "--engine", "replay",
-                     "--replay", str(tmp_path / f"replay-{attempt}.jsonl"),
+                     "--replay", str(tmp_path / f"replay-{attempt}.jsonl"), *["--overwrite"] * attempt,
                      "--run-dir", str(tmp_path / f"run-{attempt}"), "--out", str(out)]) == 0
         [shard] = sorted((out / "B1_glaive").glob("*.parquet"))
         fingerprint = re.fullmatch(r"train-([0-9a-f]{8})-00000-of-00001\.parquet", shard.name).group(1)

@@ -12,7 +12,7 @@ from eagle3_synth.cli import main
 from eagle3_synth.dataset.stores import open_source
 from eagle3_synth.errors import ConfigError
 
-from ..conftest import KIMI_TOKENIZER
+from ..conftest import KIMI_TOKENIZER, TINY_MODEL
 from ..support.built_datasets import KIMI_CONFIG, build, checks_dataset, kimi_outputs, write_prompts
 
 
@@ -89,7 +89,7 @@ def test_a_split_that_would_be_empty_is_refused_before_the_run_starts(tmp_path, 
           extra=["--validation", validation], status=2)
     assert message in capsys.readouterr().err
     assert not (out / ".runs" / KIMI_CONFIG / "run.json").exists() and not (out / KIMI_CONFIG).exists()
-    assert main(["build", KIMI_CONFIG, "--model", str(KIMI_TOKENIZER), "--prompts", str(tmp_path / "prompts.jsonl"),
+    assert main(["build", KIMI_CONFIG, "--model", str(TINY_MODEL), "--prompts", str(tmp_path / "prompts.jsonl"),
                  "--validation", validation, "--dry-run", "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
 

@@ -120,14 +120,16 @@ CASES = [
     number("--shard-index", "-1", "--shard-index must be >= 0, got -1", command="generate"),
     # -- usage --
     Case("unknown option", lambda w: build(w, "--temprature", "0"),
-         lambda w: "eagle3-synth: error: unrecognized arguments: --temprature 0 (see eagle3-synth --help)"),
+         lambda w: "eagle3-synth build: error: unrecognized arguments: --temprature 0 (did you mean --temperature?) "
+                   "(see eagle3-synth build --help)"),
     Case("no --out", lambda w: ["build", CONFIG, *replay_args(w)],
          lambda w: "eagle3-synth build: error: the following arguments are required: --out"),
     Case("generate without --run-dir", lambda w: ["generate", CONFIG, *replay_args(w)],
          lambda w: "eagle3-synth generate: error: the following arguments are required: --run-dir"),
     # -- devices --
     Case("--device on another engine", lambda w: build(w, "--device", "cpu"),
-         lambda w: "--device applies to --engine transformers only, not --engine replay"),
+         lambda w: "--device is not used by --engine replay, only by --engine transformers: give --engine "
+                   "transformers, or drop --device"),
     Case("--device nonsense", lambda w: ["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", PROMPTS,
                                          "--device", "gpu0", "--out", str(w / "new")],
          lambda w: "--device gpu0: not a torch device", new_out="new"),
@@ -345,15 +347,16 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(built, tmp_path, capsys):
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{CONFIG}: dry run (no engine started, nothing written)"
-    assert lines[1] == "  prompts: 4 rollouts kept (2 per prompt), 2 rejected (control_token=1, duplicate=1)"
-    assert lines[2] == "  samples: up to 4 turns to generate, at most 64 new tokens each"
-    assert lines[4] == f"  engine: replay (results from {w / 'replay.jsonl'})"
-    assert lines[5] == f"  run directory: {w / 'new' / '.runs' / CONFIG} (new)"
+    assert lines[1] == "  prompts: 2 kept, 2 rejected; rejects by reason: control_token=1, duplicate=1"
+    assert lines[2] == "  rollouts: 4 (2 per prompt, 0 rejected)"
+    assert lines[3] == "  samples: up to 4 to generate (one per turn), at most 64 new tokens each"
+    assert lines[5] == f"  engine: replay (results from {w / 'replay.jsonl'})"
+    assert lines[6] == f"  run directory: {w / 'new' / '.runs' / CONFIG} (new)"
     assert snapshot(w) == before and not (w / "new").exists()
 
     run = w / "run"
     assert main(["generate", *args[1:-3], "--run-dir", str(run), "--dry-run"]) == 0
-    assert "4 rollouts kept" in capsys.readouterr().out and not run.exists()
+    assert "  rollouts: 4 (2 per prompt, 0 rejected)" in capsys.readouterr().out and not run.exists()
 
 
 def test_a_dry_run_names_the_dtype_the_engine_would_run(tmp_path, capsys):
@@ -373,7 +376,7 @@ def test_a_dry_run_of_a_started_run_says_where_it_stands(built, tmp_path, capsys
     before = snapshot(w)
     assert main(build(w, "--dry-run")) == 0
     out = capsys.readouterr().out
-    assert f"  prompts: 6 in {run_dir(w)} (0 rejected), 6 rollouts done, 0 failed, 0 to generate" in out
+    assert f"  6 prompts kept (0 rejected) in {run_dir(w)}; 6 samples done, 0 failed, 0 to generate" in out
     assert "(started before)" in out and snapshot(w) == before
     # other settings are refused as a real run would refuse them
     assert main(build(w, "--dry-run", "--temperature", "0.9")) == 2

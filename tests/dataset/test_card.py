@@ -17,9 +17,11 @@ from datasets import Features, load_dataset
 from huggingface_hub import DatasetCard
 
 from eagle3_synth.dataset import card as dataset_card
-from eagle3_synth.dataset.card import hub_license, render_card, size_category
-from eagle3_synth.publish import PublishOptions, publish
-from eagle3_synth.contract.row import FEATURES
+from eagle3_synth.dataset.card import card_data, hub_license, render_card, size_category
+from eagle3_synth.errors import ConfigError
+from eagle3_synth.publish import PREVIEW_CHARS, PublishOptions, TreeLimits, publish
+from eagle3_synth.publish.tree import features_with_previews, verify_tree
+from eagle3_synth.contract.row import COLUMNS, FEATURES
 
 from ..support.built_datasets import KIMI_CONFIG as B1
 from ..support.built_datasets import QWEN_CONFIG as B3
@@ -42,6 +44,12 @@ def staged(folder, tmp_path_factory):
     result = publish(PublishOptions(folder=folder, repo_id=REPO, tag="v1.0.0", dry_run=True, stage_dir=stage),
                      echo=lambda line: None)
     return result.tree.root, result.tree.files
+
+
+def split_sizes(files: list[Path]) -> tuple[int, int]:
+    """(the row groups' uncompressed bytes, the files' bytes), read here from the files themselves."""
+    groups = [pq.ParquetFile(f).metadata.row_group(i) for f in files for i in range(pq.ParquetFile(f).num_row_groups)]
+    return sum(group.total_byte_size for group in groups), sum(len(Path(f).read_bytes()) for f in files)
 
 
 def tree_rows(root: Path, config: str) -> dict[str, np.ndarray]:
@@ -75,9 +83,13 @@ def test_card_parses_back_and_its_yaml_matches_the_tree(staged):
     infos = {i["config_name"]: i for i in meta["dataset_info"]}
     assert sorted(infos) == [B1, B3]
     for name, info in infos.items():
-        assert Features._from_yaml_list(info["features"]) == FEATURES
-        rows = sum(pq.ParquetFile(root / f).metadata.num_rows for f in parquet if f.startswith(f"{name}/"))
-        assert info["splits"] == [{"name": "train", "num_bytes": 0, "num_examples": rows}]
+        assert Features._from_yaml_list(info["features"]) == features_with_previews(PREVIEW_CHARS)
+        files = [root / f for f in parquet if f.startswith(f"{name}/")]
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        num_bytes, download = split_sizes(files)
+        assert num_bytes > 0 and download > 0
+        assert info["splits"] == [{"name": "train", "num_bytes": num_bytes, "num_examples": rows}]
+        assert (info["download_size"], info["dataset_size"]) == (download, num_bytes)
     assert meta["license"] == ["apache-2.0", "mit"]  # B1 is apache-2.0, B3 is mit
     assert meta["size_categories"] == ["n<1K"]
     assert meta["pretty_name"] == "eagle3-synth"
@@ -145,6 +157,39 @@ def test_built_folder_readme_is_a_card_that_loads(folder):
     assert [c["config_name"] for c in card.data.to_dict()["configs"]] == [B1, B3]
     assert "unreleased (local build)" in card.text
     assert load_dataset(str(folder), B3, split="train").features == FEATURES
+    # The build's own Parquet, no preview columns, its sizes true.
+    for info in card.data.to_dict()["dataset_info"]:
+        files = sorted((folder / info["config_name"]).glob("train-*.parquet"))
+        assert pq.read_schema(files[0]).names == list(COLUMNS)
+        num_bytes, download = split_sizes(files)
+        assert info["splits"][0]["num_bytes"] == num_bytes == info["dataset_size"] > 0
+        assert info["download_size"] == download
+
+
+def test_the_staged_tree_loads_with_its_previews(staged, folder):
+    root, _ = staged
+    loaded = load_dataset(str(root), B3, split="train")
+    assert loaded.features == features_with_previews(PREVIEW_CHARS)
+    built = load_dataset(str(folder), B3, split="train")
+    assert loaded.remove_columns(["prompt_preview", "output_preview"]).to_list() == built.to_list()
+
+
+def test_size_categories_count_every_split():
+    data = card_data([B1, B3], {B1: 600, B3: 300}, validation_rows={B1: 150}).to_dict()
+    assert data["size_categories"] == ["1K<n<10K"]  # 1,050 rows: 900 train, 150 validation
+
+
+def test_a_card_whose_sizes_are_not_the_files_is_refused(folder, tmp_path):
+    result = publish(PublishOptions(folder=folder, repo_id=REPO, tag="v1.0.0", dry_run=True, preview_chars=None,
+                                    stage_dir=tmp_path / "stage"), echo=lambda line: None)
+    readme = result.tree.root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    info = next(i for i in DatasetCard(text).data.to_dict()["dataset_info"] if i["config_name"] == B3)
+    num_bytes = info["splits"][0]["num_bytes"]
+    readme.write_text(text.replace(f"num_bytes: {num_bytes}\n", f"num_bytes: {num_bytes + 1}\n", 1), encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{B3}: the card says train is {num_bytes + 1} bytes, "
+                                          rf"its row groups hold {num_bytes}"):
+        verify_tree(result.tree, TreeLimits())
 
 
 def test_a_placeholder_nothing_fills_is_an_error(folder, tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ from eagle3_synth.dataset.parquet import (
     build_fingerprint,
     features_with,
     install_shards,
+    parquet_bytes,
     parquet_rows,
     prefetched,
     shard_name,
@@ -59,10 +60,25 @@ def test_shard_names_with_and_without_a_fingerprint():
 def test_the_schema_is_the_contract_s_plus_what_a_caller_adds():
     assert features_with() is FEATURES and list(features_with()) == list(COLUMNS)
     previews = features_with_previews(40)
-    assert list(previews) == [*COLUMNS, "prompt_preview", "output_preview"]
-    assert features_with_previews(0) is FEATURES
+    at = COLUMNS.index("output_ids") + 1  # the viewer shows columns in schema order: text beside the ids
+    assert list(previews) == [*COLUMNS[:at], "prompt_preview", "output_preview", *COLUMNS[at:]]
+    assert all(previews[name] == FEATURES[name] for name in COLUMNS)
+    assert features_with_previews(None) is FEATURES
+    assert list(features_with({"extra": Value("string")})) == [*COLUMNS, "extra"]
     with pytest.raises(ValueError, match=r"extra columns \['sample_id'\] are contract columns already"):
         features_with({"sample_id": Value("string")})
+    with pytest.raises(ValueError, match="'nope' is not a contract column"):
+        features_with({"extra": Value("string")}, after="nope")
+
+
+def test_split_sizes_are_the_row_groups_uncompressed_bytes_and_the_files_bytes(tmp_path):
+    table = rows(300)
+    shards = write_shards(table.to_batches(max_chunksize=64), tmp_path / "out", table.schema,
+                          ShardLimits(row_group_bytes=20_000, shard_bytes=1))
+    sizes = parquet_bytes(shards)
+    assert sizes.files == sum(len(path.read_bytes()) for path in shards)
+    groups = [pq.ParquetFile(p).metadata.row_group(i) for p in shards for i in range(pq.ParquetFile(p).num_row_groups)]
+    assert len(groups) > 1 and sizes.num_bytes == sum(group.total_byte_size for group in groups)
 
 
 def test_shards_keep_row_groups_under_the_limit_and_split_files(tmp_path):

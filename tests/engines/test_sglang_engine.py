@@ -30,7 +30,7 @@ from eagle3_synth.engines.sglang.args import FieldSpec, type_engine_args
 from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FEATURES
 
-from ..conftest import KIMI_TOKENIZER
+from ..conftest import TINY_MODEL
 from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, HTTPException, Reply, is_alive
 from ..support.modules import root_on_path
@@ -54,6 +54,8 @@ FIELDS = [
     FieldSpec("tokenizer_path", Annotated[Optional[str], "The path of the tokenizer."]),
     FieldSpec("skip_tokenizer_init", Annotated[bool, "If set, skip init tokenizer and pass input_ids in generate request."]),
     FieldSpec("trust_remote_code", Annotated[bool, "Whether or not to allow for custom models defined on the Hub."]),
+    FieldSpec("dtype", Annotated[str, Arg("Data type for model weights and activations.", choices=[
+        "auto", "half", "float16", "bfloat16", "float", "float32"])]),
     FieldSpec("log_level", Annotated[str, "The logging level of all loggers."]),
     FieldSpec("tp_size", Annotated[int, Arg("The tensor parallelism size.")]),
     FieldSpec("dp_size", Annotated[int, Arg("The data parallelism size.")]),
@@ -251,7 +253,7 @@ def test_an_engine_that_cannot_start_is_the_users_to_fix_with_sglangs_reason(sig
 
 def test_a_build_whose_engine_cannot_start_exits_2_in_one_line(tmp_path, monkeypatch, capsys, sigquit_kept):
     monkeypatch.setattr(sglang_engine, "import_sglang", lambda: (SchedulerFailsAtStart, SIGQUIT_FIELDS))
-    code = main(["build", "B1_glaive", "--model", str(KIMI_TOKENIZER), "--engine", "sglang", "--out", str(tmp_path)])
+    code = main(["build", "B1_glaive", "--model", str(TINY_MODEL), "--engine", "sglang", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2, err
     last = err.splitlines()[-1]
@@ -468,7 +470,7 @@ def test_build_end_to_end_with_the_sglang_engine(tmp_path, monkeypatch, kimi_tok
 
     monkeypatch.setattr(sglang_engine, "import_sglang", fake_import)
     out = tmp_path / "ds"
-    code = main(["build", "B1_glaive", "--model", str(KIMI_TOKENIZER), "--engine", "sglang", "--engine-arg", "tp_size=1",
+    code = main(["build", "B1_glaive", "--model", str(TINY_MODEL), "--engine", "sglang", "--engine-arg", "tp_size=1",
                  "--max-new-tokens", "32", "--max-in-flight", "3", "--out", str(out)])
     assert code == 0 and created
     # A private cache: datasets 5.2 caches a README-configured folder by its name alone.

@@ -61,3 +61,34 @@ def test_dry_run_prints_the_server_command_of_the_converted_drafter(dataset, tmp
             f"--speculative-draft-model-path {served} --dtype bfloat16 --speculative-num-steps 3 "
             "--speculative-draft-window-size 512 --device cpu") in out
     assert json.loads((served / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+
+
+def test_an_option_the_engine_does_not_use_is_refused(dataset, tmp_path, capsys):
+    """--url with the in-process engine, --engine-arg and --dtype with servers that run their own
+    arguments: refused before anything is read; --dry-run prints them into the server's command."""
+    drafter = str(sglang_drafter(tmp_path / "d"))
+    http = ["evaluate", str(dataset), "--drafter", drafter, "--engine", "sglang-http", "--url", "http://x:1",
+            "--no-baseline"]
+    assert main(["evaluate", str(dataset), "--drafter", drafter, "--url", "http://x:1"]) == 2
+    assert capsys.readouterr().err == ("eagle3-synth evaluate: error: --url is not used by --engine sglang, only by "
+                                       "--engine sglang-http: give --engine sglang-http, or drop --url\n")
+    assert main(["evaluate", str(dataset), "--drafter", drafter, "--baseline-url", "http://x:2"]) == 2
+    assert "--baseline-url is not used by --engine sglang, only by --engine sglang-http" in capsys.readouterr().err
+    assert main([*http, "--engine-arg", "device=cpu"]) == 2
+    assert ("--engine-arg is not used by --engine sglang-http, only by --engine sglang; an SGLang server takes its "
+            "arguments as its own launch flags") in capsys.readouterr().err
+    assert main([*http, "--dtype", "bfloat16"]) == 2
+    assert "--dtype is not used by --engine sglang-http, only by --engine sglang" in capsys.readouterr().err
+    assert main([*http, "--dtype", "bfloat16", "--engine-arg", "device=cpu", "--dry-run"]) == 0
+    assert "--dtype bfloat16" in capsys.readouterr().out
+
+
+def test_a_target_folder_without_weights_is_refused_before_the_engine_starts(dataset, tmp_path, capsys):
+    import shutil
+
+    weightless = tmp_path / "model"
+    shutil.copytree(TINY_MODEL, weightless, ignore=shutil.ignore_patterns("*.safetensors"))
+    drafter = str(sglang_drafter(tmp_path / "d"))
+    assert main(["evaluate", str(dataset), "--drafter", drafter, "--model", str(weightless), "--temperature", "0"]) == 2
+    assert (f"--model {weightless}: no weights (*.safetensors, *.bin, *.pt), and --engine sglang loads the model "
+            "from this folder") in capsys.readouterr().err

@@ -101,7 +101,7 @@ def test_dataset_folder_source_reads_like_the_same_file(tmp_path, kimi_tokenizer
     assert main(build_args(tmp_path, "MY_support", "--from-source", "--run-dir", str(tmp_path / "run-a"))) == 0
     streamed = load_dataset(str(tmp_path / "ds"), "MY_support", split="train")
     assert main(build_args(tmp_path, "MY_support", "--source-file", str(folder / "train.jsonl"),
-                           "--run-dir", str(tmp_path / "run-b"))) == 0
+                           "--run-dir", str(tmp_path / "run-b"), "--overwrite")) == 0
     from_file = load_dataset(str(tmp_path / "ds"), "MY_support", split="train")
     assert len(streamed) == 3
     assert list(streamed["sample_id"]) == list(from_file["sample_id"])

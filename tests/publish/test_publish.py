@@ -17,15 +17,20 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from huggingface_hub import DatasetCard
 
+from eagle3_synth.contract.row import COLUMNS
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.publish import (
+    PREVIEW_CHARS,
     PREVIEW_COLUMNS,
     PublishError,
     PublishOptions,
     TreeLimits,
     publish,
 )
+from eagle3_synth.publish.tree import features_with_previews
+from eagle3_synth.view.render import output_preview, prompt_preview
 
 from ..support.built_datasets import KIMI_CONFIG as B1
 from ..support.built_datasets import QWEN_CONFIG as B3
@@ -121,16 +126,25 @@ def load_rows(hub: HubServer, tmp_path: Path, loads: list[tuple[str, str | None]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def contract_rows(rows: list[dict]) -> list[dict]:
+    """The rows without the preview columns publish adds."""
+    return [{name: row[name] for name in COLUMNS} for row in rows]
+
+
 def test_each_version_loads_back_with_its_own_rows(hub, folders, releases, tmp_path):
     v1, v2 = folders
     loaded = load_rows(hub, tmp_path, [(B1, "v1.0.0"), (B3, "v1.0.0"), (B1, "v1.1.0"), (B3, "v1.1.0"), (B1, None)])
-    assert loaded["B1_glaive@v1.0.0"]["rows"] == folder_rows(v1, B1)
-    assert loaded["B3_ultrachat@v1.0.0"]["rows"] == folder_rows(v1, B3)
-    assert loaded["B1_glaive@v1.1.0"]["rows"] == folder_rows(v2, B1)
-    assert loaded["B3_ultrachat@v1.1.0"]["rows"] == folder_rows(v2, B3)
+    assert contract_rows(loaded["B1_glaive@v1.0.0"]["rows"]) == folder_rows(v1, B1)
+    assert contract_rows(loaded["B3_ultrachat@v1.0.0"]["rows"]) == folder_rows(v1, B3)
+    assert contract_rows(loaded["B1_glaive@v1.1.0"]["rows"]) == folder_rows(v2, B1)
+    assert contract_rows(loaded["B3_ultrachat@v1.1.0"]["rows"]) == folder_rows(v2, B3)
     assert folder_rows(v1, B1) != folder_rows(v2, B1)  # the change is real
-    assert loaded["B1_glaive@None"]["rows"] == folder_rows(v2, B1)  # main is the latest release
+    assert contract_rows(loaded["B1_glaive@None"]["rows"]) == folder_rows(v2, B1)  # main is the latest release
     assert "List(Value('int32'))" in loaded["B1_glaive@v1.1.0"]["features"]
+    # The previews load with the rows, in the column order of the files.
+    rows = loaded["B1_glaive@v1.1.0"]["rows"]
+    assert list(rows[0]) == list(features_with_previews(PREVIEW_CHARS))
+    assert any(f"[think_end {row['think_end']}]</think>" in row["output_preview"] for row in rows)
 
 
 def test_each_release_is_one_commit_with_its_tag(releases):
@@ -253,11 +267,13 @@ def test_dry_run_stages_and_checks_the_tree_and_contacts_nothing(hub, folders, c
 
 
 def test_preview_columns_and_viewer_sized_shards(folders, tmp_path, kimi_tokenizer, qwen_tokenizer):
+    """By default each row is decoded beside its ids, boundaries tagged, the ids left as they were."""
     v1, _ = folders
     limits = TreeLimits(row_group_bytes=20_000, shard_bytes=1)  # every row group its own shard
-    result = publish(PublishOptions(folder=v1, repo_id=REPO, tag="v1.0.0", dry_run=True, preview_chars=80,
+    result = publish(PublishOptions(folder=v1, repo_id=REPO, tag="v1.0.0", dry_run=True,
                                     stage_dir=tmp_path / "stage", limits=limits), echo=lambda line: None)
-    assert set(PREVIEW_COLUMNS) <= set(result.tree.features)
+    at = COLUMNS.index("output_ids") + 1
+    assert list(result.tree.features) == [*COLUMNS[:at], *PREVIEW_COLUMNS, *COLUMNS[at:]]
     # Each config is decoded with the tokenizer it was made with (Kimi for B1, Qwen3 for B3).
     for config, tokenizer in ((B1, kimi_tokenizer), (B3, qwen_tokenizer)):
         shards = sorted((tmp_path / "stage" / config).glob("train-*.parquet"))
@@ -265,21 +281,46 @@ def test_preview_columns_and_viewer_sized_shards(folders, tmp_path, kimi_tokeniz
             metadata = pq.ParquetFile(shard).metadata
             assert all(metadata.row_group(i).total_byte_size <= limits.row_group_bytes
                        for i in range(metadata.num_row_groups))
-        rows = [row for shard in shards for row in pq.read_table(shard).to_pylist()]
-        source = folder_rows(v1, config)
-        assert [{k: r[k] for k in source[0]} for r in rows] == source  # same rows, same order
-        for row in rows:
-            assert row["prompt_preview"] == tokenizer.decode(row["prompt_ids"], skip_special_tokens=False)[:80]
-            assert row["output_preview"] == tokenizer.decode(row["output_ids"], skip_special_tokens=False)[:80]
-        assert "</think>" in "".join(r["output_preview"] for r in rows)  # special tokens kept
+            assert pq.read_schema(shard).names == list(result.tree.features)
+        staged = pa.concat_tables(pq.read_table(shard) for shard in shards)
+        built = pa.concat_tables(pq.read_table(f) for f in sorted((v1 / config).glob("train-*.parquet")))
+        for name in COLUMNS:  # the same rows, same order, the ids untouched
+            assert staged.column(name).equals(built.column(name).cast(staged.schema.field(name).type)), name
+        for row in staged.to_pylist():
+            assert row["prompt_preview"] == prompt_preview(tokenizer, row["prompt_ids"], PREVIEW_CHARS)
+            assert row["output_preview"] == output_preview(row, tokenizer, PREVIEW_CHARS)
+            if row["think_end"] >= 0:  # the close marker, tagged at its position, special token kept
+                assert f"[think_end {row['think_end']}]</think>[/think_end]" in row["output_preview"]
+            if row["stop_index"] >= 0:
+                assert f"[stop {row['stop_index']}]" in row["output_preview"]
     assert len(list((tmp_path / "stage" / B1).glob("train-*.parquet"))) > 1
 
 
-def test_previews_are_off_by_default(releases, folders):
+def test_previews_are_on_by_default_and_no_preview_leaves_them_out(releases, folders, tmp_path):
     _, _, repo = releases
-    v2_tree = repo.commits[repo.tags["v1.1.0"]].tree
+    v2_tree = repo.commits[repo.tags["v1.1.0"]].tree  # published by the CLI with its defaults
     data = v2_tree[f"{B1}/train-00000-of-00001.parquet"].data
-    assert pq.read_schema(pa.BufferReader(data)).names == list(folder_rows(folders[1], B1)[0])
+    assert pq.read_schema(pa.BufferReader(data)).names == list(features_with_previews(PREVIEW_CHARS))
+    stage = tmp_path / "stage"
+    done = run_cli(["publish", str(folders[1]), REPO, "--tag", "v9", "--dry-run", "--no-preview",
+                    "--stage-dir", str(stage)], dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    for config in (B1, B3):
+        [shard] = (stage / config).glob("train-*.parquet")
+        assert pq.read_schema(shard).names == list(COLUMNS)
+    card = (stage / "README.md").read_text(encoding="utf-8")
+    assert "prompt_preview" not in card and "| `sampling` |" in card
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--no-preview", "--preview-chars", "300"], "argument --preview-chars: not allowed with argument --no-preview"),
+    (["--preview-chars", "0"], "--preview-chars must be >= 1, got 0"),
+])
+def test_preview_options_that_contradict_are_refused(folders, tmp_path, args, message):
+    done = run_cli(["publish", str(folders[0]), REPO, "--tag", "v9", "--dry-run", "--stage-dir", str(tmp_path / "s"),
+                    *args], dict(os.environ))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_missing_token_is_a_clear_error(folders, monkeypatch, tmp_path):
@@ -312,12 +353,23 @@ def test_a_validation_split_is_published_and_loads_as_its_own_split(hub, tmp_pat
     result = publish(options(folder, hub, "v1.0.0", repo_id="org/held-out", limits=SMALL), echo=lines.append)
     assert result.tree.validation_rows == {B1: 6} and result.tree.num_rows == {B1: 18}
     assert any(f"{B1} (validation): 6 rows" in line for line in lines), lines  # its rows were checked too
-    staged = [f for f in hub.repo("org/held-out").commits[hub.repo("org/held-out").tags["v1.0.0"]].tree
-              if f.endswith(".parquet")]
+    tree = hub.repo("org/held-out").commits[hub.repo("org/held-out").tags["v1.0.0"]].tree
+    staged = [f for f in tree if f.endswith(".parquet")]
     assert any(f.startswith(f"{B1}/validation-") for f in staged) and any(f.startswith(f"{B1}/train-") for f in staged)
     for split in ("train", "validation"):
         loaded = load_rows(hub, tmp_path / split, [(B1, "v1.0.0")], repo="org/held-out", split=split)
-        assert loaded[f"{B1}@v1.0.0"]["rows"] == folder_rows(folder, B1, split)
+        assert contract_rows(loaded[f"{B1}@v1.0.0"]["rows"]) == folder_rows(folder, B1, split)
+    # The published card's sizes are each split's files'.
+    info = DatasetCard(tree["README.md"].data.decode()).data.to_dict()["dataset_info"]  # one config: a mapping
+    sizes = {}
+    for split in ("train", "validation"):
+        files = [pq.ParquetFile(pa.BufferReader(tree[f].data)) for f in staged if f.startswith(f"{B1}/{split}-")]
+        sizes[split] = (sum(f.metadata.row_group(i).total_byte_size for f in files for i in range(f.num_row_groups)),
+                        sum(len(tree[f].data) for f in staged if f.startswith(f"{B1}/{split}-")))
+    assert info["splits"] == [{"name": "train", "num_bytes": sizes["train"][0], "num_examples": 18},
+                              {"name": "validation", "num_bytes": sizes["validation"][0], "num_examples": 6}]
+    assert info["dataset_size"] == sizes["train"][0] + sizes["validation"][0]
+    assert info["download_size"] == sizes["train"][1] + sizes["validation"][1]
     card = (folder / "README.md").read_text(encoding="utf-8")
     assert f"| `{B1}` | 18 (+ 6 validation) |" in card and 'a `validation` split\n(`split="validation"`)' in card
     held_out = {r["conversation_id"] for r in folder_rows(folder, B1, "validation")}

@@ -262,7 +262,13 @@ def test_inspect_shows_a_conversation_turn_by_turn(built, capsys):
     assert after[1] == f"  tool: {WEATHER_RESULT}" and after[2] == "output:"
     assert f"  user: {LOOP['messages'][-1]['content']}" in text.split(turns[2])[1]
     assert "[tool_call 1 " in text.split(turns[1])[0]
-    assert main(["inspect", str(out), CONFIG, "--conversation", "9"]) == 1
+    # A conversation the data does not hold is an error naming it, before anything is printed.
+    assert main(["inspect", str(out), CONFIG, "--conversation", "9"]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", f"eagle3-synth inspect: error: {out} {CONFIG}: no conversation_id 9\n")
+    assert main(["inspect", str(out), CONFIG, "--conversation", "0", "--sample-index", "1"]) == 2
+    assert capsys.readouterr().err == (f"eagle3-synth inspect: error: {out} {CONFIG}: conversation_id 0 has no "
+                                       "sample_index 1 (its rollouts: 0)\n")
 
 
 def export(out: Path, tmp_path: Path, fmt: str, *extra: str) -> list[dict]:

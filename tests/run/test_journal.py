@@ -186,10 +186,10 @@ def test_progress_reports_rates_cache_in_flight_and_eta(caplog):
             progress.update(result(sample_id, [1] * 400, cached=4))
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [  # a log line every 60 s, not per sample
-        "B1_glaive shard 1 of 4: 4/10 (40.0%) | 0.03 samples/s | 13.3 output tokens/s | prefix cache 40% "
-        "| in flight 3 | ETA 3m00s",
-        "B1_glaive shard 1 of 4: 6/10 (60.0%) | 0.03 samples/s | 13.3 output tokens/s | prefix cache 40% "
-        "| in flight 3 | ETA 2m00s",
+        "B1_glaive shard 1 of 4: 4/10 samples (40.0%) | 0.03 samples/s | 13.3 output tokens/s | prefix cache 40% "
+        "| in flight 3 | ETA 3m00s | 1m00s elapsed",
+        "B1_glaive shard 1 of 4: 6/10 samples (60.0%) | 0.03 samples/s | 13.3 output tokens/s | prefix cache 40% "
+        "| in flight 3 | ETA 2m00s | 2m00s elapsed",
     ]
     progress.update(result(4, [], "abort", "engine died"))
     progress.close()
@@ -214,6 +214,7 @@ def test_progress_redraws_one_line_on_a_terminal():
         progress.update(result(sample_id, [1, 2]))
     progress.close()
     frames = terminal.getvalue().split("\r")[1:]
-    assert len(frames) == 4
-    assert frames[-1] == ("[####################] B3_ultrachat: 4/4 (100.0%) | 1.00 samples/s | 2.0 output tokens/s "
-                          "| prefix cache 0% | ETA 0s\x1b[K\n")
+    assert len(frames) == 5  # one per result (a second apart), and the line as it ends
+    assert frames[-2] + "\n" == frames[-1] == (
+        "[####################] B3_ultrachat: 4/4 samples (100.0%) | 1.00 samples/s | 2.0 output tokens/s "
+        "| prefix cache 0% | ETA 0s | 4s elapsed\x1b[K\n")

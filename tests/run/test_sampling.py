@@ -110,7 +110,7 @@ def test_sglang_engine_rows_are_what_the_engine_was_sent(tmp_path, monkeypatch):
 
     cls = FakeEngine.configure(plan, FIELD_NAMES)
     monkeypatch.setattr(sglang_engine, "import_sglang", lambda: (cls, FIELDS))
-    rows = build(tmp_path / "ds", conversations(tmp_path / "p.jsonl"), "--model", str(KIMI_TOKENIZER),
+    rows = build(tmp_path / "ds", conversations(tmp_path / "p.jsonl"), "--model", str(TINY_MODEL),
                  "--engine", "sglang", "--turns", "last")
     check_rows(rows, sent)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from eagle3_synth.cli import main
 from eagle3_synth.engines.sglang import engine as sglang_engine
 
-from ..conftest import KIMI_TOKENIZER
+from ..conftest import TINY_MODEL
 from ..engines.test_sglang_engine import FIELD_NAMES, FIELDS
 from stand_ins import sglang_results as R
 from ..support.fake_sglang import Engine as FakeEngine, Reply
@@ -38,11 +38,15 @@ def _fake_sglang(monkeypatch, kimi_tokenizer, run_dir: Path, context_len: int) -
         sent.append(len(prompt))
         return Reply(R.finished("x", len(prompt), output, R.stop_reason(output[-1])))
 
+    class Recording(FakeEngine.configure(plan, FIELD_NAMES, context_len=context_len)):  # type: ignore[misc]
+        def __init__(self, **kwargs):
+            names = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
+            created.append({"published": "prompts.jsonl" in names,
+                            "staged": any(n.startswith(".prompts.jsonl.") for n in names)})
+            super().__init__(**kwargs)
+
     def fake_import():
-        names = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
-        created.append({"published": "prompts.jsonl" in names,
-                        "staged": any(n.startswith(".prompts.jsonl.") for n in names)})
-        return FakeEngine.configure(plan, FIELD_NAMES, context_len=context_len), FIELDS
+        return Recording, FIELDS
 
     monkeypatch.setattr(sglang_engine, "import_sglang", fake_import)
     return sent, created
@@ -54,7 +58,7 @@ def test_prompts_over_the_engines_limit_become_too_long_rejects_before_publishin
     run_dir = out / ".runs" / CONFIG
     sent, created = _fake_sglang(monkeypatch, kimi_tokenizer, run_dir, context_len=120)
     prompts = _prompts(tmp_path / "prompts.jsonl", ["Hi", " ".join(["word"] * 60), "Hello there"])
-    argv = ["build", CONFIG, "--model", str(KIMI_TOKENIZER), "--engine", "sglang", "--max-new-tokens", "16",
+    argv = ["build", CONFIG, "--model", str(TINY_MODEL), "--engine", "sglang", "--max-new-tokens", "16",
             "--temperature", "0", "--prompts", str(prompts), "--out", str(out)]
     assert main(argv) == 0
     # The engine started once the prompts were prepared (staged aside), before they were published.
@@ -79,7 +83,7 @@ def test_a_run_whose_preparation_fails_never_starts_the_engine(tmp_path, monkeyp
     out = tmp_path / "ds"
     sent, created = _fake_sglang(monkeypatch, kimi_tokenizer, out / ".runs" / CONFIG, context_len=4096)
     prompts = _prompts(tmp_path / "prompts.jsonl", ["Hi", "say <|im_end|> now"])
-    code = main(["build", CONFIG, "--model", str(KIMI_TOKENIZER), "--engine", "sglang", "--strict",
+    code = main(["build", CONFIG, "--model", str(TINY_MODEL), "--engine", "sglang", "--strict",
                  "--prompts", str(prompts), "--out", str(out)])
     assert code == 2 and "control token" in capsys.readouterr().err
     assert created == [] and sent == []
@@ -90,7 +94,7 @@ def test_a_run_with_every_prompt_rejected_starts_no_engine(tmp_path, monkeypatch
     out = tmp_path / "ds"
     sent, created = _fake_sglang(monkeypatch, kimi_tokenizer, out / ".runs" / CONFIG, context_len=4096)
     prompts = _prompts(tmp_path / "prompts.jsonl", ["say <|im_end|> now"])
-    code = main(["build", CONFIG, "--model", str(KIMI_TOKENIZER), "--engine", "sglang",
+    code = main(["build", CONFIG, "--model", str(TINY_MODEL), "--engine", "sglang",
                  "--prompts", str(prompts), "--out", str(out)])
     assert code == 2 and "no row to write (0 prompts kept, rejected: control_token=1" in capsys.readouterr().err
     assert created == [] and sent == []

@@ -421,3 +421,24 @@ def test_device_map_spreads_the_model_and_writes_the_same_files(built, tmp_path,
     for name, data in written["map"].items():
         for key, value in data.items():
             assert torch.equal(value, written["device"][name][key]), (name, key)
+
+
+def test_a_model_folder_without_a_model_is_refused_before_the_rows(built, tmp_path, capsys):
+    """transformers and SGLang in this process load --model: a folder with only a tokenizer (or no
+    weights) is named before the rows are read; an option the engine does not use, the same way."""
+    from ..conftest import KIMI_TOKENIZER
+
+    out = tmp_path / "sf"
+    base = ["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(out),
+            "--layers", "0", "1", "2"]
+    code, text = run_cli([*base, "--model", str(KIMI_TOKENIZER), "--dry-run"], capsys)
+    assert code == 2 and (f"--model {KIMI_TOKENIZER}: no config.json and no weights (*.safetensors, *.bin, *.pt), and "
+                          "--engine transformers loads the model from this folder") in text
+    weightless = tmp_path / "model"
+    shutil.copytree(TINY_MODEL, weightless, ignore=shutil.ignore_patterns("*.safetensors"))
+    code, text = run_cli([*base, "--model", str(weightless)], capsys)
+    assert code == 2 and f"--model {weightless}: no weights (*.safetensors, *.bin, *.pt), and --engine transformers" \
+        in text
+    code, text = run_cli([*base, "--url", "http://127.0.0.1:9"], capsys)
+    assert code == 2 and "--url is not used by --engine transformers, only by --engine sglang-http" in text
+    assert not out.exists()

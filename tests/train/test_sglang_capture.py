@@ -112,8 +112,23 @@ def test_options_that_cannot_capture_are_refused_naming_the_option():
         options(engine="sglang-http")
     with pytest.raises(ConfigError, match=r"^--states-via must be one of files, response, got 'disk'$"):
         options(engine="sglang", states_via="disk")
-    with pytest.raises(ConfigError, match=r"^--device/--device-map are the transformers engine's"):
+    with pytest.raises(ConfigError, match=r"^--device is not used by --engine sglang, only by --engine transformers; "
+                                          r"SGLang places the model itself \(--engine-arg tp_size=8, or device=cpu\)$"):
         options(engine="sglang", device="cuda")
+    # Each option an engine does not use is refused the same way (engines.ENGINE_OPTIONS), defaults never.
+    with pytest.raises(ConfigError, match=r"^--url is not used by --engine transformers, only by --engine sglang-http: "
+                                          r"give --engine sglang-http, or drop --url$"):
+        options(urls=("http://127.0.0.1:30000",))
+    with pytest.raises(ConfigError, match=r"^--engine-arg is not used by --engine sglang-http, only by --engine "
+                                          r"sglang; an SGLang server takes its arguments as its own launch flags"):
+        options(engine="sglang-http", urls=("http://127.0.0.1:30000",), engine_args={"tp_size": 2})
+    with pytest.raises(ConfigError, match=r"^--batch-tokens is not used by --engine sglang, only by --engine "
+                                          r"transformers"):
+        options(engine="sglang", batch_tokens=4096)
+    with pytest.raises(ConfigError, match=r"^--states-via is not used by --engine transformers, only by --engine "
+                                          r"sglang and sglang-http$"):
+        options(states_via="response")
+    options(engine="sglang", device="cpu", max_in_flight=32, batch_tokens=16384)  # the defaults, given
 
 
 def test_an_engine_arg_the_capture_sets_is_refused_before_any_engine_starts(monkeypatch):

@@ -317,10 +317,28 @@ def _one_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def create(options: EngineOptions) -> SGLangEngine:
-    if options.engine_args.get("device") == "cpu" and os.environ.get(CPU_ENGINE_VARIABLE) != "1":
-        # Before sglang is imported: its modules read the variable at import time (`_is_cpu = is_cpu()`).
+def use_cpu_backend(engine_args: dict[str, Any]) -> None:
+    """`--engine-arg device=cpu`: SGLang's CPU backend, set before sglang is imported (its modules
+    read the variable at import time: `_is_cpu = is_cpu()`, sglang 0.5.23 srt/layers/layernorm.py)."""
+    if engine_args.get("device") == "cpu" and os.environ.get(CPU_ENGINE_VARIABLE) != "1":
         log.info("--engine-arg device=cpu: setting %s=1 (SGLang's CPU backend)", CPU_ENGINE_VARIABLE)
         os.environ[CPU_ENGINE_VARIABLE] = "1"
+
+
+def check_options(options: EngineOptions) -> None:
+    """Before anything loads (engines.ENGINE_CHECKS): every --engine-arg a field of the `ServerArgs`
+    installed here and of its type, the reserved ones refused, the CPU dtype, no multi-node follower
+    (`engine_kwargs`, as the engine's start checks them again). Without SGLang here there is
+    nothing to check them against; starting the engine says how to get it."""
+    use_cpu_backend(options.engine_args)
+    try:
+        _, fields = import_sglang()
+    except ConfigError:
+        return
+    check_not_a_follower(engine_kwargs(options, fields))
+
+
+def create(options: EngineOptions) -> SGLangEngine:
+    use_cpu_backend(options.engine_args)
     engine_cls, fields = import_sglang()
     return launch(engine_cls, fields, options)

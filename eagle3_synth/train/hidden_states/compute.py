@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from eagle3_synth.contract.ranges import check_ranges
+from eagle3_synth.engines import check_options_used, options_given
 from eagle3_synth.engines.dtypes import DTYPES
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.shards import Shard
@@ -105,9 +106,7 @@ class HiddenStatesOptions:
             raise ConfigError("--engine sglang-http needs --url: a server started with the flags --dry-run prints")
         if self.states_via not in STATES_VIA:
             raise ConfigError(f"--states-via must be one of {', '.join(STATES_VIA)}, got {self.states_via!r}")
-        if self.engine != "transformers" and (self.device_map or self.device != "cpu"):
-            raise ConfigError("--device/--device-map are the transformers engine's; SGLang places the model itself "
-                              "(--engine-arg tp_size=8 ...)")
+        check_options_used(self.engine, options_given(self))
         if self.fmt == "specforge" and self.drafter != "eagle3":
             raise ConfigError(f"--format specforge writes SpecForge's offline EAGLE-3 files only; for --drafter "
                               f"{self.drafter} use --format speculators")

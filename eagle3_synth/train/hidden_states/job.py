@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.contract.ranges import check_range
+from eagle3_synth.engines import EngineOptions
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.run.preflight import check_model_and_engine
 from eagle3_synth.train.hidden_states import specforge_target
 from eagle3_synth.train.hidden_states.check import check_files
 from eagle3_synth.train.hidden_states.compute import (HiddenStatesOptions, greedy, load_model, prepare, record_manifest,
@@ -42,6 +44,10 @@ def run_job(source: Any, options: HiddenStatesOptions, *, dry_run: bool = False,
     from transformers import AutoConfig
 
     check_range("max_bytes", max_bytes)
+    # Before anything loads: a folder that holds the model where this process loads it, the engine's --engine-args.
+    check_model_and_engine(options.engine, options.model, EngineOptions(
+        model=options.model, dtype=options.dtype, engine_args=options.engine_args,
+        trust_remote_code=options.trust_remote_code))
     try:
         model_config = AutoConfig.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError) as exc:

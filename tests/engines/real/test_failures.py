@@ -63,9 +63,9 @@ def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_r
     """SGLang's watchdog sees its scheduler gone and SIGQUITs eagle3-synth, whose own handler was
     SGLang's tree kill (exit 137, no word): now the run ends with one line naming the process and
     the engine's last log lines, exit 75, its journal intact; the same command then completes."""
-    log = tmp_path / "first.log"
+    log, out = tmp_path / "first.log", tmp_path / "ds"
     with open(log, "wb") as handle:
-        run = subprocess.Popen(in_process_build(tmp_path), stdout=handle, stderr=subprocess.STDOUT,
+        run = subprocess.Popen(in_process_build(out), stdout=handle, stderr=subprocess.STDOUT,
                                env={**sglang_env(), **STOP_AFTER_TWO})
     try:
         wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
@@ -90,12 +90,12 @@ def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_r
     tail = after[:next((i for i, line in enumerate(after) if not line.startswith("    ")), len(after))]
     assert tail, "the engine's last log lines"
     assert any(f"pid={schedulers[0]}" in line for line in tail), f"SGLang's own line on the dead process: {tail}"
-    assert journal_lines(tmp_path) >= 2 + 1  # the two results (and the segment's header) stay
+    assert journal_lines(out) >= 2 + 1  # the two results (and the segment's header) stay
     assert not [pid for pid in engine_processes if Path(f"/proc/{pid}").exists()], "engine processes left behind"
 
-    done = subprocess.run(in_process_build(tmp_path), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
+    done = subprocess.run(in_process_build(out), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+    assert_same_rows(config_rows(out, CONFIG), reference, TINY_MODEL)
 
 
 def test_a_terminals_ctrl_c_mid_run_ends_it_with_130_in_one_line_and_the_rerun_completes(reference, tmp_path):
@@ -180,7 +180,7 @@ def test_a_server_killed_and_restarted_mid_run_is_waited_for_and_nothing_is_lost
     port_log = tmp_path / "server.log"
     server = RealServer(port_log).start()
     try:
-        run = stopped_http_run(server.url, tmp_path, tmp_path / "run.log")
+        run = stopped_http_run(server.url, tmp_path / "ds", tmp_path / "run.log")
         server.kill()  # a node lost: the server and its scheduler SIGKILLed
         server.start()  # the same port, a new process
         os.kill(run.pid, signal.SIGCONT)
@@ -188,13 +188,13 @@ def test_a_server_killed_and_restarted_mid_run_is_waited_for_and_nothing_is_lost
     finally:
         server.stop()
     assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
-    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+    assert_same_rows(config_rows(tmp_path / "ds", CONFIG), reference, TINY_MODEL)
 
 
 def test_a_server_that_does_not_come_back_ends_the_run_with_75_and_the_rerun_completes(server, reference, tmp_path):
     lost = RealServer(tmp_path / "lost.log").start()
     try:
-        run = stopped_http_run(lost.url, tmp_path, tmp_path / "run.log", "--max-retries", "1")
+        run = stopped_http_run(lost.url, tmp_path / "ds", tmp_path / "run.log", "--max-retries", "1")
         lost.kill()
         os.kill(run.pid, signal.SIGCONT)
         code = run.wait(HANG)
@@ -204,8 +204,9 @@ def test_a_server_that_does_not_come_back_ends_the_run_with_75_and_the_rerun_com
     assert code == EXIT_RESUMABLE, text[-3000:]
     assert "no SGLang server could be reached" in text and "rerun the same command to continue" in text
     # The same run, pointed at a server that runs: it continues where the journal ends.
-    assert main(["build", CONFIG, *GREEDY, "--engine", "sglang-http", "--url", server.url, "--out", str(tmp_path)]) == 0
-    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+    assert main(["build", CONFIG, *GREEDY, "--engine", "sglang-http", "--url", server.url,
+                 "--out", str(tmp_path / "ds")]) == 0
+    assert_same_rows(config_rows(tmp_path / "ds", CONFIG), reference, TINY_MODEL)
 
 
 def test_a_sampled_run_killed_and_split_in_two_shards_loses_and_doubles_nothing(server, tmp_path):
