@@ -165,7 +165,7 @@ def test_sglang_is_sized_for_the_longest_row_it_will_prefill_unless_the_user_say
                         lambda name, engine_options: started.append(engine_options.engine_args) or
                         SimpleNamespace(close=lambda: None))
     for given, expected in [({}, 2048), ({"max_prefill_tokens": 512}, 512)]:
-        with sglang_capture.sglang_engine(options(engine="sglang", engine_args={"device": "cpu", **given}), short):
+        with sglang_capture.sglang_engine(options(engine="sglang", engine_args=given), short):
             pass
         assert started.pop()["max_prefill_tokens"] == expected
 
