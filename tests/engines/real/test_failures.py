@@ -102,9 +102,9 @@ def test_a_terminals_ctrl_c_mid_run_ends_it_with_130_in_one_line_and_the_rerun_c
     """A terminal's Ctrl-C is SIGINT to the whole foreground process group, SGLang's scheduler and
     detokenizer included: they leave it to eagle3-synth (no traceback of theirs, no engine death
     reported), which stops once, with 130, its journal intact."""
-    log = tmp_path / "first.log"
+    log, out = tmp_path / "first.log", tmp_path / "ds"
     with open(log, "wb") as handle:
-        run = subprocess.Popen(in_process_build(tmp_path), stdout=handle, stderr=subprocess.STDOUT,
+        run = subprocess.Popen(in_process_build(out), stdout=handle, stderr=subprocess.STDOUT,
                                env={**sglang_env(), **STOP_AFTER_TWO}, start_new_session=True)
     try:
         wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
@@ -125,9 +125,9 @@ def test_a_terminals_ctrl_c_mid_run_ends_it_with_130_in_one_line_and_the_rerun_c
     assert last.startswith("  interrupted: ") and last.endswith(" samples left; run the same command again to continue")
     # Killed on the way out; orphans once the run has exited, so they end (and are reaped) a moment later.
     wait_until(lambda: not [pid for pid in engine_processes if running(pid)], "the engine's processes to end")
-    done = subprocess.run(in_process_build(tmp_path), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
+    done = subprocess.run(in_process_build(out), capture_output=True, text=True, env=sglang_env(), timeout=HANG)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert_same_rows(config_rows(tmp_path, CONFIG), reference, TINY_MODEL)
+    assert_same_rows(config_rows(out, CONFIG), reference, TINY_MODEL)
 
 
 def running(pid: int) -> bool:
