@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE
 from eagle3_synth.engines.sglang.processes import CPU_ALLREDUCE_SHM
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,6 +30,19 @@ def fresh_datasets_cache(tmp_path_factory, monkeypatch):
     import datasets.config
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf_datasets_cache"))
+
+
+@pytest.fixture(autouse=True)
+def sglang_cpu_variable_kept():
+    """`--engine-arg device=cpu` sets SGLANG_USE_CPU_ENGINE in the process that will start SGLang
+    (engines/sglang/engine.py use_cpu_backend); in the test process it would reach every later test's
+    fake or real engine (a bfloat16-only CPU check where none was asked for)."""
+    before = os.environ.get(CPU_ENGINE_VARIABLE)
+    yield
+    if before is None:
+        os.environ.pop(CPU_ENGINE_VARIABLE, None)
+    else:
+        os.environ[CPU_ENGINE_VARIABLE] = before
 
 
 # SGLang's CPU kernels create one shared-memory segment per engine on an AMX CPU (sglang-kernel's
