@@ -69,11 +69,12 @@ class GenerationRequest:
 @dataclass(frozen=True)
 class SpeculativeCounts:
     """One request's speculative decoding, as SGLang reports it in `meta_info` (sglang 0.5.23
-    srt/managers/tokenizer_manager.py:3150-3201): verify steps (`spec_verify_ct`), drafts accepted
-    over all of them (`spec_num_correct_drafts`, the bonus token not counted), drafts proposed
-    (`spec_num_proposed_drafts` = steps x (draft tokens - 1)), and how many steps accepted 0, 1, 2 ...
-    drafts (`spec_correct_drafts_histogram`; empty when SGLang sent none), and SGLang's own
-    `spec_accept_length` (completion tokens / verify steps), kept to check our figures against."""
+    srt/managers/tokenizer_manager.py `TokenizerManager._calculate_spec_decoding_metrics`): verify steps
+    (`spec_verify_ct`), drafts accepted over all of them (`spec_num_correct_drafts`, the bonus token not
+    counted), drafts proposed (`spec_num_proposed_drafts` = steps x (draft tokens - 1)), and how many
+    steps accepted 0, 1, 2 ... drafts (`spec_correct_drafts_histogram`; empty when SGLang sent none),
+    and SGLang's own `spec_accept_length` (completion tokens / verify steps), kept to check our figures
+    against."""
 
     verify_steps: int
     correct_drafts: int

@@ -1,10 +1,10 @@
 """The dtype a model engine computes in: the checkpoint's own, or `--dtype`; never an engine's `auto`.
 
 Why explicit: SGLang's `dtype="auto"` turns a float32 checkpoint into float16 (sglang 0.5.23
-srt/configs/model_config.py:2301-2321, "Following the common practice, we use float16 for float32
-models"), so the same model folder gave other ids through SGLang than through transformers, which
-loads a checkpoint in its own dtype. Every engine that runs a model is given the one dtype
-resolved here (`resolve_dtype`), and the run records it.
+srt/configs/model_config.py `_get_and_verify_dtype`, "Following the common practice, we use float16
+for float32 models"), so the same model folder would give other ids through SGLang than through
+transformers, which loads a checkpoint in its own dtype. Every engine that runs a model is given the
+one dtype resolved here (`resolve_dtype`), and the run records it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _SPELLINGS = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", 
 def checkpoint_dtype(model: str | Path) -> str | None:
     """The dtype a model folder's config.json declares, read as SGLang reads it: its language
     model's config first (`text_config`, `language_config`: SGLang's `hf_text_config`), `dtype`
-    or else `torch_dtype`, and float32 where none is given (model_config.py:2288-2299). None for a
+    or else `torch_dtype`, and float32 where none is given (the same `_get_and_verify_dtype`). None for a
     folder without config.json: no engine can load it, and the engine's own error says so."""
     path = Path(model) / "config.json"
     if not path.is_file():

@@ -19,15 +19,16 @@ SGLang 0.5.23 returns `{"output_ids", "meta_info": {"finish_reason": {"type": ..
 reads that dict into a `GenerationResult` and adds what only SGLang's `matched` tells:
 - a token stop ends with the matched id, and that id is one of the requested stop ids: SGLang
   reports a NaN or out-of-range sampled token as `{"type": "stop", "matched": "NaN happened"}`
-  after writing an EOS/stop id in its place (sglang 0.5.23 srt/managers/schedule_batch.py:1977-1991,
+  after writing an EOS/stop id in its place (sglang 0.5.23 srt/managers/schedule_batch.py
   `Req._check_vocab_boundary_finish`), so a stop whose `matched` is a string (we never send stop
   strings) or an id we did not request is that sample's error (journaled, regenerated with
   `--retry-errors`), never a row;
 - a `length` finish may have fewer ids than `max_new_tokens`: the scheduler lowers a request's
   `max_new_tokens` to `min(requested, max_req_len - input_len - 1)` and then to what the KV pool can
-  hold (srt/managers/scheduler.py:2693-2736, `init_req_max_new_tokens`; `max_req_len =
-  min(context_len - 1, kv_capacity - 1)`, srt/managers/tp_worker.py:568-572), and reports
-  `{"type": "length", "length": <the lowered value>}` (schedule_batch.py:2004). Such a row is valid
+  hold (srt/managers/scheduler.py `Scheduler.init_req_max_new_tokens`; `max_req_len =
+  min(context_len - 1, kv_capacity - 1)`, srt/managers/tp_worker.py `TpModelWorker.get_worker_info`), and
+  reports `{"type": "length", "length": <the lowered value>}` (schedule_batch.py
+  `Req.update_finish_state`). Such a row is valid
   (`finish_reason` "length"); `is_short_length` tells it apart. More than `max_new_tokens` is not.
 """
 
@@ -62,7 +63,7 @@ def abort_message(finish: dict[str, Any]) -> str:
 
 def is_short_length(result: GenerationResult, max_new_tokens: int) -> bool:
     """A `length` finish with fewer tokens than asked: SGLang lowered max_new_tokens to fit the
-    context or the KV budget (scheduler.py:2693-2736). Still a valid row."""
+    context or the KV budget (sglang 0.5.23 `Scheduler.init_req_max_new_tokens`). Still a valid row."""
     return result.finish_reason == "length" and result.completion_tokens < max_new_tokens
 
 
@@ -70,7 +71,7 @@ def unrequested_stop(finish: dict[str, Any], stop_token_ids: Collection[int] | N
     """Why a `stop` finish is not a stop we asked for, or None when it is."""
     matched = finish.get("matched")
     if not isinstance(matched, int) or isinstance(matched, bool):
-        # e.g. "NaN happened": a NaN / out-of-range token, replaced by an EOS id (schedule_batch.py:1977-1991)
+        # e.g. "NaN happened": a NaN / out-of-range token, replaced by an EOS id (`Req._check_vocab_boundary_finish`)
         return (f"finish_reason stop with matched {matched!r}, not a stop token id (SGLang reports a NaN or "
                 "out-of-range sampled token this way, with an EOS id written in its place)")
     if stop_token_ids is not None and matched not in stop_token_ids:
@@ -160,7 +161,8 @@ def check_generation(request: GenerationRequest, result: GenerationResult, param
 
 def speculative_counts(meta: dict[str, Any]) -> SpeculativeCounts | None:
     """The request's speculative decoding counts, when the engine decoded speculatively (SGLang sets
-    them only for a request with at least one verify step: tokenizer_manager.py:3150-3172)."""
+    them only for a request with at least one verify step: sglang 0.5.23 tokenizer_manager.py
+    `TokenizerManager._calculate_spec_decoding_metrics`)."""
     steps, correct, proposed = (meta.get(key) for key in ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts"))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, correct, proposed)):
         return None
@@ -203,7 +205,8 @@ def check_result(request: GenerationRequest, response: Any, source: str, params:
                                               f"{output_ids[-1]} (the stop token must be kept, last)")
     cached = meta.get("cached_tokens")
     # Times the scheduler took the request out of the running batch to free KV memory and ran it
-    # again later (sglang 0.5.23 srt/managers/tokenizer_manager.py:2507-2512): KV thrashing.
+    # again later (sglang 0.5.23 srt/managers/tokenizer_manager.py `TokenizerManager._handle_batch_output`):
+    # KV thrashing.
     retractions = meta.get("num_retractions")
     result = GenerationResult(
         sample_id=request.sample_id,

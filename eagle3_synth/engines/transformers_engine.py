@@ -43,16 +43,17 @@ class RowSampler:
 
     Why a processor inside greedy `generate` rather than `do_sample=True` or a decode loop of our
     own: `do_sample=True` draws every row from the one global generator in one `multinomial` call
-    (transformers generation/utils.py:3274-3277), so a row's draws depend on its batch; a loop of
-    our own would repeat `generate`'s KV cache, padding and stopping code. Greedy `generate` calls
-    its processors with the step's float32 logits (utils.py:3253-3256), takes the argmax
-    (utils.py:3279) and replaces a finished row's token with padding (utils.py:3282-3283): so a
-    row whose logits are -inf everywhere but at the drawn token gets exactly that token.
+    (transformers 5.25 generation/utils.py `GenerationMixin._sample`), so a row's draws depend on its
+    batch; a loop of our own would repeat `generate`'s KV cache, padding and stopping code. Greedy
+    `generate` (the same `_sample`) calls its processors with the step's float32 logits, takes the
+    argmax and replaces a finished row's token with padding: so a row whose logits are -inf
+    everywhere but at the drawn token gets exactly that token.
 
     Per row, with that row's own params: the warpers transformers itself applies when sampling, in
-    its order (temperature, top-k, top-p, min-p: utils.py:1603-1634; generation/logits_process.py:238,
-    571, 502, 733), then one
-    `torch.multinomial` draw from the row's generator, as `generate` samples (utils.py:3276-3277).
+    its order (temperature, top-k, top-p, min-p: `GenerationMixin._get_logits_processor`;
+    generation/logits_process.py `TemperatureLogitsWarper`, `TopKLogitsWarper`, `TopPLogitsWarper`,
+    `MinPLogitsWarper`), then one `torch.multinomial` draw from the row's generator, as `generate`
+    samples (`_sample`).
     A row is processed alone (a [1, vocab] slice), so the arithmetic is that of an unbatched run.
     Rows already finished (a stop id among their generated tokens) draw nothing: a row's k-th token
     is its generator's k-th draw whatever its batch. (Draws after a row's stop could not change

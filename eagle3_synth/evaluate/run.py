@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SPECULATIVE_ARGS = {"num_steps": "speculative_num_steps", "eagle_topk": "speculative_eagle_topk",
                     "num_draft_tokens": "speculative_num_draft_tokens", "draft_window_size": "speculative_draft_window_size"}
 # Unset, SGLang 0.5.23 picks all three from the target's architecture
-# (srt/arg_groups/speculative_hook.py:1430-1461 `_auto_choose_speculative_params`).
+# (srt/arg_groups/speculative_hook.py `_auto_choose_speculative_params`).
 SGLANG_DEFAULTS = "SGLang's own choice: 5 / 4 / 8 for LlamaForCausalLM (and Grok), 3 / 1 / 4 for the others"
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0}
 

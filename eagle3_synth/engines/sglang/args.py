@@ -31,8 +31,8 @@ RESERVED = {
     # Refused outright: SGLang would cut prompts and outputs silently. With it, the tokenizer
     # manager truncates the caller's own input_ids list in place (`del input_ids[_max_req_len:]`)
     # and lowers `sampling_params["max_new_tokens"]` in the caller's dict (sglang 0.5.23
-    # srt/managers/tokenizer_manager.py:1337-1366), and the scheduler cuts prompts past
-    # max_req_input_len (srt/managers/utils.py:272-280).
+    # srt/managers/tokenizer_manager.py `TokenizerManager._validate_one_request`), and the scheduler
+    # cuts prompts past max_req_input_len (srt/managers/utils.py `validate_input_length`).
     "allow_auto_truncate": None,
 }
 AUTO_TRUNCATE_REFUSED = ("allow_auto_truncate is refused: SGLang would silently truncate prompts and lower "
@@ -168,7 +168,8 @@ def engine_kwargs(options: EngineOptions, fields: Iterable[FieldSpec]) -> dict[s
         check_cpu_dtype(kwargs.get("dtype"))
     if options.priority:
         # Without it SGLang ignores a request's priority (or, with abort_on_priority_when_disabled,
-        # aborts the request with 503: sglang 0.5.23 srt/managers/scheduler.py:3520-3543).
+        # aborts the request with 503: sglang 0.5.23 srt/managers/scheduler.py
+        # `Scheduler._set_or_validate_priority`).
         if kwargs.get("enable_priority_scheduling") is False:
             raise ConfigError("--priority needs enable_priority_scheduling; drop --engine-arg "
                               "enable_priority_scheduling=false or --priority")
@@ -209,7 +210,7 @@ def is_vision_language(model_path: str) -> bool:
 def language_model_only_hint(kwargs: dict[str, Any]) -> str | None:
     """A suggestion for a vision-language target launched without `language_model_only`: prompts
     here are text, and sglang 0.5.23 then never builds the vision tower, leaving its GPU memory to
-    the KV cache (srt/arg_groups/fields/disagg.py:140-146)."""
+    the KV cache (srt/arg_groups/fields/disagg.py `Disagg.language_model_only`)."""
     if kwargs.get("language_model_only") or kwargs.get("language_only") or not is_vision_language(kwargs["model_path"]):
         return None
     return (f"{kwargs['model_path']} is a vision-language model and every prompt here is text: "

@@ -1,18 +1,19 @@
 """Which of the target's hidden states SGLang 0.5.23 hands an EAGLE-3 drafter: its layer numbering.
 
-Our layer ids follow vLLM (`train/hidden_states/layers.py`): 0 = the embeddings, i = the input of decoder
-layer i, n = the last layer's output before the final norm. SGLang's decoder loop captures the input
-of layer i for each i in `model.layers_to_capture` (llama.py:485-494, `capture_output` on layer i),
-so a captured id is vLLM's id, and only 0..n-1 can be captured: the last layer's output (n) never is.
+Our layer ids follow vLLM (`train/hidden_states/layers.py`): 0 = the embeddings, i = the input of
+decoder layer i, n = the last layer's output before the final norm. SGLang's decoder loop captures the
+input of layer i for each i in `model.layers_to_capture` (srt/models/llama.py `LlamaModel.forward`,
+`capture_output` on layer i), so a captured id is vLLM's id, and only 0..n-1 can be captured: the last
+layer's output (n) never is.
 
 The drafter's config names the layers in SGLang's own numbering (`eagle_config.
 eagle_aux_hidden_state_layer_ids`), which each model family turns into `layers_to_capture` in its
 `set_eagle3_layers_to_capture`, differently:
-- "plus one" (llama.py:929-941, qwen2.py:781-794, qwen3.py:778-791): explicit id k means "the output
+- "plus one" (llama.py, qwen2.py, qwen3.py): explicit id k means "the output
   of layer k", captured as k + 1; no ids: [2, n//2, n-3] as they are;
-- "deepseek" (deepseek_v2.py:3458-3473; kimi_k25.py:928-939 hands its language model the ids): k + 1
+- "deepseek" (deepseek_v2.py; kimi_k25.py hands its language model the ids): k + 1
   only when the first id is 1, else the ids as they are;
-- "gpt-oss" (gpt_oss.py:1337-1352): the ids as they are when the largest is n, else k + 1.
+- "gpt-oss" (gpt_oss.py): the ids as they are when the largest is n, else k + 1.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def capture_problem(num_layers: int, captured: Sequence[int]) -> str | None:
     outside = [k for k in captured if not 0 <= k < num_layers]
     if outside:
         return (f"layer{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))} cannot be captured by SGLang: "
-                f"it captures the inputs of decoder layers 0..{num_layers - 1} (llama.py:485-494), so the last "
+                f"it captures the inputs of decoder layers 0..{num_layers - 1} (`LlamaModel.forward`), so the last "
                 f"layer's output ({num_layers}) is never an aux state")
     if len(set(captured)) != len(captured):
         return f"layers {list(captured)} repeat a layer, which SGLang captures once (fewer states than the drafter's fc takes)"

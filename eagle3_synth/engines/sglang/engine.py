@@ -60,7 +60,7 @@ def engine_info(engine: Any) -> dict[str, Any]:
     """`get_server_info()`, read once at launch: capacity, DP ranks and context limits come from it
     ({} when it fails: informational, never worth failing a run for). Its `context_length` is the
     server argument (None unless given); the model's is `tokenizer_manager.model_config.context_len`
-    (what /v1/models reports as max_model_len, srt/entrypoints/http_server.py:1993-2022)."""
+    (what /v1/models reports as max_model_len, sglang 0.5.23 srt/entrypoints/http_server.py `available_models`)."""
     try:
         info = engine.get_server_info()
     except Exception as exc:
@@ -82,8 +82,8 @@ def default_max_in_flight(info: dict[str, Any]) -> int:
 
 
 def read_engine_load(engine: Any, loop: asyncio.AbstractEventLoop) -> EngineLoad | None:
-    """`tokenizer_manager.get_loads()` (the coroutine behind /v1/loads, srt/managers/
-    tokenizer_control_mixin.py:1001-1029), run on the engine's loop."""
+    """`tokenizer_manager.get_loads()` (the coroutine behind /v1/loads, sglang 0.5.23
+    srt/managers/tokenizer_control_mixin.py `TokenizerControlMixin.get_loads`), run on the engine's loop."""
     snapshots = loop.run_until_complete(engine.tokenizer_manager.get_loads())
     return EngineLoad.from_snapshots([s.to_dict() if hasattr(s, "to_dict") else s for s in snapshots])
 
@@ -124,7 +124,7 @@ class SGLangEngine(WindowedEngine):
     async def _attempt(self, request: GenerationRequest, params: SamplingParams, sampling: dict[str, Any],
                        attempt: int) -> GenerationResult:
         try:
-            # Copies: SGLang may edit both in place (tokenizer_manager.py:1337-1366 truncates
+            # Copies: SGLang may edit both in place (sglang 0.5.23 `TokenizerManager._validate_one_request` truncates
             # `input_ids` with `del` and rewrites `sampling_params["max_new_tokens"]`), and the
             # same dict is reused for every retry of this sample.
             response = await self.engine.async_generate(
@@ -163,8 +163,9 @@ class SGLangEngine(WindowedEngine):
         if watchdog is not None:
             watchdog.stop()  # it would signal again for every process that goes down with the first
         ended = exited(self.owned_pids)
-        # SGLang's watchdog has already collected the exit status of the child it saw die
-        # (`proc.is_alive()`, srt/utils/watchdog.py:211-221): read it from its Process objects.
+        # SGLang's watchdog has already collected the exit status of the child it saw die (`proc.is_alive()`,
+        # sglang 0.5.23 srt/utils/watchdog.py `SubprocessWatchdog._check_processes`): read it from its Process
+        # objects.
         for process in getattr(watchdog, "_processes", None) or ():
             if getattr(process, "exitcode", None) not in (None, 0) and ended.get(process.pid) is None:
                 ended[process.pid] = process.exitcode
@@ -229,7 +230,7 @@ def import_sglang() -> tuple[type, list[FieldSpec]]:
 
 def check_not_a_follower(kwargs: dict) -> None:
     """Refuse a multi-node follower: with nnodes > 1, a process with node_rank >= 1 waits inside
-    `Engine()` for rank 0 and never generates (sglang 0.5.23 srt/entrypoints/engine.py:1234-1265,
+    `Engine()` for rank 0 and never generates (sglang 0.5.23 srt/entrypoints/engine.py `Engine._launch_subprocesses`,
     "Non-zero-rank nodes do not run tokenizer processes")."""
     node_rank = int(kwargs.get("node_rank") or 0)
     if int(kwargs.get("nnodes") or 1) > 1 and node_rank >= 1:

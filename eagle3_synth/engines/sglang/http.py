@@ -9,7 +9,7 @@ Failures:
 - a 400 "Duplicate request ID detected" is retried too (with a new rid): it answers a retry that
   a router made with our rid while the worker still held the aborted first try (protocol.py);
 - 401, 403, 404, 405 (a wrong URL path, a missing or wrong API key: SGLang's auth middleware
-  answers 401 "Unauthorized" / 403 "Forbidden", sglang 0.5.23 srt/utils/auth.py:192-203) stop the
+  answers 401 "Unauthorized" / 403 "Forbidden", sglang 0.5.23 srt/utils/auth.py `add_api_key_middleware`) stop the
   run with one message naming the status and URL, instead of failing every prompt;
 - any other 4xx (a prompt longer than the context, a bad sampling value) is that sample's error;
 - retries used up: a 5xx or timeout becomes that sample's error; a server that cannot be connected
@@ -26,10 +26,10 @@ request is queued. Chunks are reassembled into exactly the ids a non-stream requ
 
 At start, each URL's `/health` is waited for, at most `health_timeout_s`, through refused connections
 (sglang 0.5.23 srt/entrypoints/http_server.py `launch_server` binds its port once the model is loaded)
-and 503s (warming up, :721-737); a host not reached otherwise (no such name) is an error at once.
-Then its server info (`/server_info`, or the deprecated `/get_server_info`, http_server.py:853-887: the resolved
-server args plus the scheduler's `max_req_input_len`, srt/utils/common.py:3584-3593 and
-srt/managers/scheduler.py:1937-1947) is checked: `skip_tokenizer_init` must be true,
+and 503s (warming up, `health_generate`); a host not reached otherwise (no such name) is an error at once.
+Then its server info (`/server_info`, or the deprecated `/get_server_info`, http_server.py `server_info`: the resolved
+server args plus the scheduler's `max_req_input_len`, srt/utils/common.py `build_server_info` and
+srt/managers/scheduler.py `Scheduler.get_init_info`) is checked: `skip_tokenizer_init` must be true,
 `allow_auto_truncate` false, and the served `model_path` should match the run's model folder
 (a warning). Its context limits are kept (`limits`) so a prompt SGLang would reject is reported too long.
 """
@@ -61,14 +61,15 @@ from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 256
-# `Authorization: Bearer KEY` for a server with --api-key (srt/utils/auth.py:192-203); never on a command line.
+# `Authorization: Bearer KEY` for a server with --api-key (sglang 0.5.23 srt/utils/auth.py
+# `add_api_key_middleware`); never on a command line.
 API_KEY_VARIABLE = "EAGLE3_SYNTH_SGLANG_API_KEY"
 CONNECT_TIMEOUT_S = 30.0
 HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
 HEALTH_POLL_S = 2.0
 # Tokens per streamed chunk after the first (sent at once): sglang 0.5.23
-# srt/managers/scheduler_components/output_streamer.py:454-469 sends a stream's first token at
-# once, then whenever `sampling_params.stream_interval` tokens are unsent (the request's value
+# srt/managers/scheduler_components/output_streamer.py `_GenerationStreamAccumulator.accept` sends a stream's
+# first token at once, then whenever `sampling_params.stream_interval` tokens are unsent (the request's value
 # over the server's --stream-interval). Large, because the default (cumulative) chunks repeat
 # every id so far; small enough that a chunk comes well within any sane idle timeout.
 STREAM_INTERVAL = 1024
@@ -159,7 +160,8 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
     @staticmethod
     async def _read_stream(url: str, response: Any) -> dict[str, Any]:
         """SGLang's SSE: `data: <json>\\n\\n` per chunk, then `data: [DONE]\\n\\n`; an error is a
-        `data: {"error": {...}}` chunk before [DONE] (sglang 0.5.23 srt/entrypoints/http_server.py:949-981)."""
+        `data: {"error": {...}}` chunk before [DONE] (sglang 0.5.23 srt/entrypoints/http_server.py
+        `serve_generate_request`)."""
         buffer = b""
         output: list[int] = []
         last: dict[str, Any] | None = None
@@ -274,7 +276,7 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
 
     def server_info(self, url: str) -> dict[str, Any] | None:
         """`/server_info`, else the deprecated `/get_server_info` (both in 0.5.23,
-        http_server.py:853-887); None when neither is served (e.g. some router versions)."""
+        http_server.py `server_info`); None when neither is served (e.g. some router versions)."""
         for path in ("/server_info", "/get_server_info"):
             status, body = self._get_reachable(url, path)
             if status == 404:
@@ -291,7 +293,7 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
 
     def model_context(self, url: str) -> int | None:
         """The served model's context: `/v1/models`' `max_model_len` (sglang 0.5.23
-        srt/entrypoints/http_server.py:1993-2022, `model_config.context_len`). The server info's
+        srt/entrypoints/http_server.py `available_models`, `model_config.context_len`). The server info's
         `context_length` is only the server argument, None unless the server was started with one."""
         try:
             status, body = self._get_reachable(url, "/v1/models")
@@ -353,7 +355,7 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
             self._window.sizer = LoadDrivenSize(self.read_loads, ceiling)
 
     def read_loads(self) -> EngineLoad | None:
-        """Every URL's `/v1/loads?include=core` summed (srt/entrypoints/v1_loads.py:96-150); None
+        """Every URL's `/v1/loads?include=core` summed (srt/entrypoints/v1_loads.py `get_loads`); None
         when one does not serve it (a router)."""
         total = None
         for url in self.urls.urls:

@@ -1,18 +1,18 @@
 """What an SGLang engine runs now, and the in-flight window sized from it.
 
-A static window is wrong both ways on a real node (sglang 0.5.23): the running-request capacity
-SGLang reports, `effective_max_running_requests_per_dp` (srt/managers/scheduler_components/
-internal_state.py:73), is per attention-DP worker, and `dp_size=N` with DP attention is rewritten
-into `attn_dp_size=N, dp_size=1` (srt/arg_groups/parallel_hook.py:44-56), so `per_dp * dp_size`
-feeds a node with attention DP 8 an eighth of what it runs (`running_capacity` counts both). And
-with `max_running_requests` unset that capacity reads 2,048-4,096 per worker, far above what KV
-memory runs at 10k-token outputs: a window that large leaves thousands of requests queued inside
-SGLang -- they still drain past `--max-hours`, and `lpm` falls back to first-come order past 128
-waiting per scheduler (srt/managers/schedule_policy.py:304-312).
+A static window is wrong both ways on a real node (sglang 0.5.23): the running-request capacity SGLang
+reports, `effective_max_running_requests_per_dp` (srt/managers/scheduler_components/internal_state.py
+`SchedulerInternalStateController._add_topology`), is per attention-DP worker, and `dp_size=N` with DP
+attention is rewritten into `attn_dp_size=N, dp_size=1` (srt/arg_groups/parallel_hook.py
+`handle_deprecated_dp_attention`), so `per_dp * dp_size` feeds a node with attention DP 8 an eighth of what it
+runs (`running_capacity` counts both). And with `max_running_requests` unset that capacity reads 2,048-4,096
+per worker, far above what KV memory runs at 10k-token outputs: a window that large leaves thousands of
+requests queued inside SGLang -- they still drain past `--max-hours`, and `lpm` falls back to first-come order
+past 128 waiting per scheduler (srt/managers/schedule_policy.py `SchedulePolicy._determine_active_policy`).
 
 So the window follows the engine's load (`/v1/loads` or `tokenizer_manager.get_loads()`: per DP
-rank `num_running_reqs`, `num_waiting_reqs`, `token_usage`; srt/managers/load_snapshot.py:196-217,
-srt/entrypoints/v1_loads.py:96-150): what runs now plus a short queue per rank, grown while the
+rank `num_running_reqs`, `num_waiting_reqs`, `token_usage`; srt/managers/load_snapshot.py `LoadSnapshot`,
+srt/entrypoints/v1_loads.py `get_loads`): what runs now plus a short queue per rank, grown while the
 engine takes everything it is given (nothing waiting), never above the ceiling.
 """
 

@@ -15,14 +15,15 @@ window refilling, that is the whole run), then kills the caller's whole process 
 A preempted job needs the opposite: stop now, journal intact, resume later. So we let SGLang bind
 its response loop at launch and put the caller's handler back.
 
-Survive the engine's death: a child that fails (the scheduler's exception, srt/managers/
-scheduler.py:6360-6373) or dies (SGLang's subprocess watchdog notices, srt/utils/watchdog.py:203-221)
-sends SIGQUIT to this process, and SGLang's handlers answer it by killing this process's whole tree,
-this process included (the launch phase's, srt/entrypoints/engine.py:1968-1982; the running
-phase's, srt/managers/tokenizer_manager.py:4072-4082): eagle3-synth would end with exit 137 and no
-word. We replace both: during launch with SGLang's own `custom_sigquit_handler` server argument
-(`launch_died`: an engine that cannot start, which `engine.launch` reports as the user's to fix, exit
-2), then on the engine's loop (`on_sigquit`: a death mid-run, `EngineDied`, exit 75).
+Survive the engine's death: a child that fails (the scheduler's exception, sglang 0.5.23
+srt/managers/scheduler.py `run_scheduler_process`) or dies (SGLang's subprocess watchdog notices,
+srt/utils/watchdog.py `SubprocessWatchdog`) sends SIGQUIT to this process, and SGLang's handlers answer it by
+killing this process's whole tree, this process included (the launch phase's, srt/entrypoints/engine.py
+`_set_envs_and_config`; the running phase's, srt/managers/tokenizer_manager.py
+`SignalHandler.running_phase_sigquit_handler`): eagle3-synth would end with exit 137 and no word. We replace
+both: during launch with SGLang's own `custom_sigquit_handler` server argument (`launch_died`: an engine that
+cannot start, which `engine.launch` reports as the user's to fix, exit 2),
+then on the engine's loop (`on_sigquit`: a death mid-run, `EngineDied`, exit 75).
 
 Leave Ctrl-C to the caller: the engine's processes ignore SIGINT (`without_ctrl_c`), so a terminal's
 Ctrl-C, sent to the whole process group, stops the run once, in this process (exit 130), instead of
@@ -131,7 +132,7 @@ def guarded_shutdown(engine: Any, owned: set[int]) -> None:
 
 
 # On a CPU with AMX, each SGLang rank creates a shared-memory segment for its all-reduce
-# (sglang 0.5.23 srt/distributed/bootstrap.py:277-296 -> sgl-kernel csrc/cpu/shm.cpp:157-176,
+# (sglang 0.5.23 srt/distributed/bootstrap.py `_init_cpu_threads_env` -> sgl-kernel csrc/cpu/shm.cpp:157-176,
 # `shm_open` of `deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, up to 258 MiB) and nothing
 # unlinks it: every engine started and stopped leaves one in /dev/shm until the machine reboots.
 CPU_ALLREDUCE_SHM = "/dev/shm/deepspeed_allreduce_buffer_"

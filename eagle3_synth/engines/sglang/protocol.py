@@ -28,12 +28,13 @@ def is_transient_status(status: int) -> bool:
     return status >= 500 or status in RETRIED_STATUS
 
 
-# sglang 0.5.23 srt/managers/tokenizer_manager.py:3834-3837: a rid still in `rid_to_state` is
-# refused with ValueError (HTTP 400, or a stream's error chunk). An aborted request stays there
-# until the scheduler confirms the abort (a few seconds), and sglang-router 0.3.2 retries a failed
-# or timed-out request with the same body, rid included (router_args.py:63, 77-82). Our own
-# attempts use a fresh rid each (RequestIds), so this 400 can only answer a retry made between us
-# and the worker: transient, retried with a new rid after a backoff.
+# sglang 0.5.23 srt/managers/tokenizer_manager.py TokenizerManager._init_req_state: a rid still in
+# `rid_to_state` is refused with ValueError (HTTP 400, or a stream's error chunk). An aborted request
+# stays there until the scheduler confirms the abort (a few seconds), and sglang-router 0.3.2 retries a
+# failed or timed-out request with the same body, rid included (sglang_router/router_args.py RouterArgs
+# `request_timeout_secs`, `retry_*`). Our own attempts use a fresh rid each (RequestIds), so this 400
+# can only answer a retry made between us and the worker: transient, retried with a new rid after a
+# backoff.
 DUPLICATE_RID_MESSAGE = "Duplicate request ID detected"
 
 
@@ -44,11 +45,12 @@ def is_duplicate_rid(status: int, message: str) -> bool:
 def merge_chunk(output: list[int], chunk: dict[str, Any]) -> list[int]:
     """The output ids so far after one stream chunk.
 
-    With skip_tokenizer_init, sglang 0.5.23 srt/managers/tokenizer_manager.py:2672-2706 sends every
-    chunk's `output_ids` cumulative (all ids so far; the non-stream result's list) by default, and
-    only the new ids under --incremental-streaming-output; `meta_info.completion_tokens` counts all
-    ids so far in both (tokenizer_manager.py:2556). A chunk as long as that count is cumulative
-    (a delta that long can only be the first, where both read the same); anything else is a delta.
+    With skip_tokenizer_init, sglang 0.5.23 srt/managers/tokenizer_manager.py
+    `TokenizerManager._handle_batch_output` sends every chunk's `output_ids` cumulative (all ids so far;
+    the non-stream result's list) by default, and only the new ids under --incremental-streaming-output;
+    `meta_info.completion_tokens` counts all ids so far in both. A chunk as long as that count is
+    cumulative (a delta that long can only be the first, where both read the same); anything else is a
+    delta.
     """
     ids = chunk.get("output_ids")
     if not isinstance(ids, list):
@@ -60,8 +62,9 @@ def merge_chunk(output: list[int], chunk: dict[str, Any]) -> list[int]:
 
 def stream_status(data: dict[str, Any]) -> tuple[int, Any]:
     """The status a stream's last chunk stands for: an error chunk carries its `code`
-    (srt/entrypoints/http_server.py:963-972); an abort with a status (400-599) ends a stream as its final chunk
-    where a non-stream call would answer that status (tokenizer_manager.py:1891-1922)."""
+    (srt/entrypoints/http_server.py `serve_generate_request`); an abort with a status (400-599) ends a stream
+    as its final chunk where a non-stream call would answer that status (tokenizer_manager.py
+    `TokenizerManager._handle_abort_finish_reason`)."""
     error = data.get("error")
     if error is not None:
         code = error.get("code") if isinstance(error, dict) else None
@@ -96,17 +99,18 @@ async def result_with_retries(
 def sent_priority(priority: int | None, low_values_first: bool) -> dict[str, Any]:
     """The request's `priority` field: ours means higher first (the turns a conversation may still
     have); a server started with `schedule_low_priority_values_first` runs lower values first
-    (sglang 0.5.23 srt/arg_groups/fields/schedule.py:118-121), so it is sent negated there."""
+    (sglang 0.5.23 srt/arg_groups/fields/schedule.py `Schedule`), so it is sent negated there."""
     if priority is None:
         return {}
     return {"priority": -priority if low_values_first else priority}
 
 
 def priority_order(url: str, info: dict[str, Any]) -> bool | None:
-    """What a request's priority does on a server (sglang 0.5.23 srt/managers/scheduler.py:3520-3543):
-    with `enable_priority_scheduling` it orders the queue (returns whether low values go first);
-    without it the priority is ignored and the request served (None, and a warning), unless
-    `abort_on_priority_when_disabled`, which aborts every such request with 503 (refused here)."""
+    """What a request's priority does on a server (sglang 0.5.23 srt/managers/scheduler.py
+    `Scheduler._set_or_validate_priority`): with `enable_priority_scheduling` it orders the queue
+    (returns whether low values go first); without it the priority is ignored and the request served
+    (None, and a warning), unless `abort_on_priority_when_disabled`, which aborts every such request
+    with 503 (refused here)."""
     if info.get("enable_priority_scheduling") is True:
         return info.get("schedule_low_priority_values_first") is True
     if info.get("abort_on_priority_when_disabled") is True:
@@ -208,7 +212,8 @@ class WindowedEngine:
 
 def prefill_hidden_states(response: Any, where: str, rid: str | None) -> Any:
     """The prefill's entry of a `return_hidden_states` response (`meta_info.hidden_states[0]`,
-    sglang 0.5.23 srt/managers/scheduler_components/batch_result_processor.py:641-674); None for a
+    sglang 0.5.23 srt/managers/scheduler_components/batch_result_processor.py
+    `SchedulerBatchResultProcessor._append_prefill_hidden_states`); None for a
     request with an id (its states went to a file)."""
     if rid is not None:
         return None
@@ -219,7 +224,7 @@ def prefill_hidden_states(response: Any, where: str, rid: str | None) -> Any:
     return states[0]
 
 
-# sglang 0.5.23 srt/speculative/spec_info.py:102-109 (`is_eagle`): these reserve draft slots.
+# sglang 0.5.23 srt/speculative/spec_info.py `SpeculativeAlgorithm.is_eagle`: these reserve draft slots.
 _RESERVING_SPEC_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP"})
 
 
@@ -233,14 +238,15 @@ class ContextLimits:
 
     sglang 0.5.23 rejects a prompt of n ids (with `allow_auto_truncate` off) when
     - `n + reserved >= context_len`: "The input (...) is longer than the model's context length"
-      (srt/managers/tokenizer_manager.py:1333-1350);
+      (srt/managers/tokenizer_manager.py `TokenizerManager._validate_one_request`);
     - `n + reserved + max_new_tokens > context_len`: "Requested token count exceeds the model's
-      maximum context length of {C} tokens. ..." (tokenizer_manager.py:1352-1378);
+      maximum context length of {C} tokens. ..." (the same function);
     - `n >= max_req_input_len` (= min(context_len - 1, kv_capacity - 1) - 5,
-      srt/managers/tp_worker.py:568-572): "Input length (...) exceeds the maximum allowed length"
-      (srt/managers/utils.py:259-285, from scheduler.py:3244-3253).
+      srt/managers/tp_worker.py `TpModelWorker.get_worker_info`): "Input length (...) exceeds the
+      maximum allowed length" (srt/managers/utils.py `validate_input_length`, from scheduler.py
+      `Scheduler._handle_generate_request`).
     `reserved` is the draft-token slots of EAGLE-style speculative decoding
-    (srt/managers/utils.py:484-499, `compute_num_reserved_tokens`), 0 otherwise.
+    (srt/managers/utils.py `compute_num_reserved_tokens`), 0 otherwise.
     """
 
     context_length: int | None = None

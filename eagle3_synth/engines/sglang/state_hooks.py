@@ -1,19 +1,20 @@
 """Forward hooks that make a stock SGLang return the final state before and after the norm.
 
-SGLang 0.5.23 returns, for a request with `return_hidden_states`, the hidden states its logits
-processor stores: with aux capture on (`--enable-return-aux-hidden-states`), the aux layers
-concatenated and nothing else (`layers/logits_processor.py:864-870`, `pack_aux_hidden_states`).
-A speculators file also needs the last layer's output before the final norm, and a SpecForge file
-the state after it. Both are reached through SGLang's own extension point, the `forward_hooks`
-server argument (`model_executor/hook_manager.py:11-55`: a JSON list of {name, target_modules,
-hook_factory, config}, each factory called with its config and the hook registered with
-`register_forward_hook` on every module whose name matches; registered after any graph capture,
-`model_runner_components/cuda_graph_setup.py:452-459`, so they run on the eager forward path):
+SGLang 0.5.23 returns, for a request with `return_hidden_states`, the hidden states its logits processor
+stores: with aux capture on (`--enable-return-aux-hidden-states`), the aux layers concatenated and
+nothing else (`layers/logits_processor.py` `LogitsProcessor._get_hidden_states_to_store`,
+`pack_aux_hidden_states`). A speculators file also needs the last layer's output before the final norm,
+and a SpecForge file the state after it. Both are reached through SGLang's own extension point, the
+`forward_hooks` server argument (`model_executor/hook_manager.py` `register_forward_hooks`: a JSON list
+of {name, target_modules, hook_factory, config}, each factory called with its config and the hook
+registered with `register_forward_hook` on every module whose name matches; registered after any graph
+capture, `model_runner_components/cuda_graph_setup.py` `finalize_cuda_graph_capture`, so they run on the
+eager forward path):
 
 - on the final norm: the decoder stack ends in `residual_batch.final_norm`, which calls the norm
   as `norm(hidden_states, residual)` and gets `(normed, hidden_states + residual)`
-  (`layers/layer_boundary/residual/access.py:40-54`): the second is the pre-norm state, kept here
-  (copied: its storage is borrowed, `residual/batch.py:150-152`);
+  (`layers/layer_boundary/residual/access.py` `final_norm_pair`): the second is the pre-norm state, kept here
+  (copied: its storage is borrowed, `residual/batch.py` `final_norm`);
 - on the logits processor: its input is the normed state and its output's `hidden_states` what
   the request gets back; the hook appends [pre-norm, normed] to every stored row, so each position
   comes back as [aux_1 .. aux_k, pre-norm, normed] (k+2 states, or 2 without aux capture).
@@ -79,8 +80,9 @@ def write_files(folder: str, args: tuple, prenorm: Any) -> None:
     `folder/<rid>.safetensors` (a temporary name, then a rename: a file that is there is whole).
 
     The logits processor is called as `logits_processor(input_ids, hidden_states, lm_head,
-    forward_batch, aux_hidden_states)` (`models/llama.py:625-631`, `models/deepseek_v2.py:3422-3424`);
-    the batch's rows are its requests' extend tokens in order (`forward_batch.rids`,
+    forward_batch, aux_hidden_states)` (sglang 0.5.23 `models/llama.py` `LlamaForCausalLM.forward`,
+    `models/deepseek_v2.py` `DeepseekV2ForCausalLM.forward`); the batch's rows are its requests' extend
+    tokens in order (`forward_batch.rids`,
     `extend_seq_lens_cpu`). The aux states are there whenever the model captures them, whether or not
     the request asked for states back, so nothing crosses SGLang's result path: the states go from
     the device to a file once. Under tensor parallelism every rank holds the same full states; only
@@ -119,7 +121,8 @@ def write_files(folder: str, args: tuple, prenorm: Any) -> None:
 
 def _attention_tp_rank() -> int:
     """This rank's place in its attention-TP group (`runtime_context.py: get_parallel().attn_tp_rank`,
-    what `layers/dp_attention.py:676` tests before its own rank-0 writes); 0 without parallel state."""
+    what sglang 0.5.23 `layers/dp_attention.py` `_dp_gather_via_all_reduce` tests before its own rank-0
+    writes); 0 without parallel state."""
     try:
         from sglang.srt.runtime_context import get_parallel
 
@@ -127,13 +130,13 @@ def _attention_tp_rank() -> int:
     except Exception:  # noqa: BLE001 - no parallel context (one rank)
         return 0
 
-
-# Where a model keeps its final norm and logits processor: the text model's own names (`model.norm`,
-# `logits_processor`: llama.py, qwen3.py:573-593, deepseek_v2.py:3005/3283/3301, gpt_oss.py:682/
-# 765/775; each ends its stack in `residual_batch.final_norm`, e.g. deepseek_v2.py:3239) and under
-# `language_model.` for the multimodal wrappers that hand the text to it (Kimi-K2.5:
-# kimi_k25.py:691-693, a DeepseekV3ForCausalLM). A stack that ends in a fused MoE handoff
-# (`residual/batch.py:175-182`, `finalize_norm`) does not call the norm module: no pre-norm state
+ Where a model keeps its final norm and logits processor: the text model's own names (`model.norm`,
+# `logits_processor`: sglang 0.5.23 srt/models/ llama.py, qwen3.py, deepseek_v2.py, gpt_oss.py, in each
+# `...Model.__init__` and `...ForCausalLM.__init__`; each ends its stack in `residual_batch.final_norm`,
+# e.g. deepseek_v2.py `DeepseekV2Model.forward`) and under `language_model.` for the multimodal wrappers
+# that hand the text to it (Kimi-K2.5: kimi_k25.py `KimiK25ForConditionalGeneration.__init__`, a
+# DeepseekV3ForCausalLM). A stack that ends in a fused MoE handoff (`residual/batch.py` `final_norm`, its
+# `finalize_norm` branch) does not call the norm module: no pre-norm state
 # is kept, no file written, and the caller names the row.
 NORM_MODULES = ["model.norm", "language_model.model.norm"]
 LOGITS_MODULES = ["logits_processor", "language_model.logits_processor"]

@@ -2,7 +2,7 @@
 
 SGLang's scheduler and detokenizer are spawned children that inherit this process's stderr and
 log there (a scheduler's exception is logged, then it signals the parent, sglang 0.5.23
-srt/managers/scheduler.py:6360-6373). To name the cause when the engine dies, stderr (file
+srt/managers/scheduler.py `run_scheduler_process`). To name the cause when the engine dies, stderr (file
 descriptor 2) is passed through a pipe while the engine runs: a thread copies every byte on to
 the original stderr, unchanged and at once, and keeps the last lines. The children started while
 it is on write into the pipe; `close()` puts the original stderr back.

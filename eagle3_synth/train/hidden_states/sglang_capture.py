@@ -6,17 +6,19 @@ position [aux_1 .. aux_k, pre-norm, normed]:
 
 - the aux layers by SGLang's own capture, without a draft: `enable_return_aux_hidden_states` with
   `speculative_algorithm=EAGLE3` (the validation hook keeps the capture and drops the algorithm,
-  `arg_groups/validation_hook.py:697-755`) and `return_aux_hidden_state_layer_ids` in the family's
-  numbering (`engines/sglang/aux_layers.py`); SGLang captures them in layer order, whatever order
-  they are named in (`models/llama.py:485-494`, the decoder loop);
+  `arg_groups/validation_hook.py` `handle_aux_hidden_state_capture`) and
+  `return_aux_hidden_state_layer_ids` in the family's numbering (`engines/sglang/aux_layers.py`);
+  SGLang captures them in layer order, whatever order they are named in (`models/llama.py`
+  `LlamaModel.forward`, the decoder loop);
 - the last layer's output before the final norm and the state after it, appended by our forward
   hooks (`engines/sglang/state_hooks.py`, the `forward_hooks` server argument): no file of SGLang's
   is changed, and what the trainers store last is SGLang's own final residual sum.
 
 No row can come back short: the prefix cache is off (`disable_radix_cache`: a cached prefix is not
 recomputed, so its states are not returned) and chunked prefill is off (`chunked_prefill_size` -1:
-`batch_result_processor.py:306-341` drops the states of a row's middle chunks); and every row's
-count is checked against its ids anyway (`ShortRow`, naming the row), as is the width.
+`batch_result_processor.py` `SchedulerBatchResultProcessor.process_batch_result_prefill` drops the
+states of a row's middle chunks); and every row's count is checked against its ids anyway
+(`ShortRow`, naming the row), as is the width.
 
 With chunked prefill off, SGLang sizes its activation reserve from `max_prefill_tokens` (sglang
 0.5.23 srt/arg_groups/memory_hook.py `handle_gpu_memory_settings`: 512 MB + 1.5 MB a token of
@@ -32,11 +34,12 @@ Transport, two ways (`--states-via`):
 - files (the default): our logits-processor hook writes each row's states, in the model's dtype,
   from the scheduler to `<folder>/<rid>.safetensors` (the request carries that id and asks for no
   states back), and this process reads the file, checks it, writes the trainer's file and removes
-  it. 2 bytes a value and ~1 ns a value on this CPU, so the states cost about what their bytes do;
+  it. 2 bytes a value, read as they were written: the states cost about what their bytes do;
 - the response (`return_hidden_states`: one entry of [T, width] lists,
-  `managers/scheduler_components/batch_result_processor.py:641-674`): SGLang's `.tolist()` in the
-  scheduler, a pickle to the tokenizer manager, JSON over HTTP: ~11 bytes and ~100-200 ns a value, 6-13x SGLang's bare prefill on
-  the tiny model and ~6 ms of CPU a token at Kimi-K2.5's width (benchmarks/README.md). Only for a
+  `managers/scheduler_components/batch_result_processor.py`
+  `SchedulerBatchResultProcessor._append_prefill_hidden_states`): SGLang's `.tolist()` in the
+  scheduler, a pickle to the tokenizer manager, JSON over HTTP: about 11 bytes a value, each value
+  converted three times, a cost that grows with the model's width (benchmarks/README.md). Only for a
   server whose folder this machine cannot see.
 Either way the values are the model dtype's own, so the cast back is exact.
 """
