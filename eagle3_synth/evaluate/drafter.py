@@ -3,9 +3,9 @@
 Two layouts are read:
 - "sglang": SGLang's own `LlamaForCausalLMEagle3` (srt/models/llama_eagle3.py), which SpecForge
   0.2.0's `export --to sglang` writes: config.json with that architecture, weights `midlayer.*` or
-  `layers.0.*`, `fc`, `norm`, `lm_head`, `d2t`, `t2d` (`load_weights`, llama_eagle3.py:325-378).
+  `layers.0.*`, `fc`, `norm`, `lm_head`, `d2t`, `t2d` (`LlamaForCausalLMEagle3.load_weights`).
 - "speculators": speculators 0.9.0's save (`speculators_model_type: "eagle3"`, the decoder layer's
-  settings in `transformer_layer_config`: models/eagle3/config.py:15-95). SGLang cannot load it (its
+  settings in `transformer_layer_config`: models/eagle3/config.py `Eagle3SpeculatorConfig`). SGLang cannot load it (its
   config has no `model_type`), so `sglang_config` rewrites the config for SGLang and `write_sglang`
   puts it beside links to the same weights, whose names SGLang reads as they are.
 
@@ -67,7 +67,8 @@ class Drafter:
     @property
     def sliding_window(self) -> int | None:
         """The attention window the drafter layer was trained with (speculators writes a Llama layer
-        config with `layer_types` ["sliding_attention"] and `sliding_window`, models/eagle3/core.py:96-104),
+        config with `layer_types` ["sliding_attention"] and `sliding_window`, speculators 0.9.0
+        models/eagle3/core.py `Eagle3DraftModel.__init__`),
         None for full attention. SGLang serves it only when told: `speculative_draft_window_size`
         (llama_eagle3.py:285-297)."""
         layer = self.layer_config

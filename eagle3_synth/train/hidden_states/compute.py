@@ -218,8 +218,9 @@ def _selection_text(options: HiddenStatesOptions) -> str:
 
 
 def load_prepared(folder: Path) -> Any:
-    """The dataset speculators' `prepare-data` saved (`cli/prepare_data.py:243`, `save_to_disk`),
-    the same way its trainer opens it (`train/data.py: ArrowDataset`, `load_from_disk`)."""
+    """The dataset speculators' `prepare-data` saved (speculators 0.9.0 `cli/prepare_data.py:
+    prepare_data`, `save_to_disk`), the same way its trainer opens it (`train/data.py: ArrowDataset`,
+    `load_from_disk`)."""
     from datasets import load_from_disk
 
     if not (Path(folder) / "dataset_info.json").is_file():
@@ -237,7 +238,8 @@ def plan_files(items: list[Item], layout: Any, options: HiddenStatesOptions, mod
     n = num_decoder_layers(model_config)
     layers = resolve_layers(options.layers, n, options.drafter)
     if options.fmt == "specforge" and len(layers) != 3:
-        # SpecForge's EAGLE-3 draft takes exactly three aux states (algorithms/model_providers.py:206).
+        # SpecForge's EAGLE-3 draft takes exactly three aux states (SpecForge 0.2.0 algorithms/model_providers.py
+        # `resolve_eagle_capture_layers`).
         raise ConfigError(f"--format specforge (EAGLE-3) takes exactly 3 --layers, got {layers}")
     hidden = int(model_config.get_text_config().hidden_size)
     itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[options.dtype]

@@ -85,8 +85,8 @@ def run_job(source: Any, options: HiddenStatesOptions, *, dry_run: bool = False,
             if model is not None:
                 specforge_target.write_target_folder(model, Path(options.model), target_folder)
             target = str(target_folder)
-        # SpecForge's overrides name existing keys only (config/schema.py:945-971); the run is offline
-        # because data.hidden_states_path is set (:913-914), there is no `mode` key to give.
+        # SpecForge 0.2.0's overrides name existing keys only (config/schema.py `apply_overrides`); the run is
+        # offline because data.hidden_states_path is set (`Config.mode`), there is no `mode` key to give.
         key = "data.eval_hidden_states_path" if options.split == "validation" else "data.hidden_states_path"
         echo(f"  train: specforge train --config run.yaml {key}={layout.folder} model.target_model_path={target}")
     if check:

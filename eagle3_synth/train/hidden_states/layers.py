@@ -1,11 +1,12 @@
 """Which layers' hidden states a drafter trains on, and capturing them from a transformers model.
 
-Layer ids follow vLLM (what speculators 0.9.0 reads, `speculators/models/utils.py:99-140`):
-0 = the embeddings, i = the residual stream entering decoder layer i, n = the last layer's output
-BEFORE the final norm (n = the model's `num_hidden_layers`). SGLang, hence SpecForge, counts "after
-layer k" and adds one before capturing (SGLang `set_eagle3_layers_to_capture`: `val + 1`), so
-SpecForge's EAGLE-3 default `[1, n//2 - 1, n - 4]` (`specforge/algorithms/model_providers.py:204`)
-is vLLM's `[2, n//2, n - 3]`: every trainer's default is the same three layers.
+Layer ids follow vLLM (what speculators 0.9.0 reads, `speculators/models/utils.py:
+resolve_target_layer_ids`): 0 = the embeddings, i = the residual stream entering decoder layer i,
+n = the last layer's output BEFORE the final norm (n = the model's `num_hidden_layers`). SGLang, hence
+SpecForge, counts "after layer k" and adds one before capturing (SGLang
+`set_eagle3_layers_to_capture`: `val + 1`), so SpecForge's EAGLE-3 default `[1, n//2 - 1, n - 4]`
+(SpecForge 0.2.0 `specforge/algorithms/model_providers.py: resolve_eagle_capture_layers`) is vLLM's
+`[2, n//2, n - 3]`: every trainer's default is the same three layers.
 
 Capture uses forward pre-hooks: the input of decoder layer i is exactly vLLM's id i, and the input
 of the final norm is id n. `output_hidden_states=True` would not do for id n: transformers 5.x
@@ -23,8 +24,9 @@ from eagle3_synth.errors import ConfigError
 
 # Drafter -> its trainers' default layer ids for a model of n decoder layers. speculators 0.9.0
 # resolves EAGLE-3, DFlash (and DFlash2) and DSpark through the same `resolve_target_layer_ids`
-# (`models/eagle3/core.py:391`, `models/dflash/core.py:233`; DSpark subclasses DFlash), and every
-# file also holds the final pre-norm state (`train/data.py:329`, DSpark's `verifier_last_hidden_states`).
+# (`models/eagle3/core.py: Eagle3DraftModel.from_training_args`, `models/dflash/core.py:
+# DFlashDraftModel._build_base_config_kwargs`; DSpark subclasses DFlash), and every file also holds the
+# final pre-norm state (`train/data.py: ArrowDataset._get_raw_data`, DSpark's `verifier_last_hidden_states`).
 DRAFTER_DEFAULTS = {
     "eagle3": lambda n: [2, n // 2, n - 3],
     "dflash": lambda n: [2, n // 2, n - 3],
@@ -46,7 +48,7 @@ def num_decoder_layers(config: Any) -> int:
 
 def resolve_layers(layers: Sequence[int] | None, num_layers: int, drafter: str) -> list[int]:
     """The aux layer ids: `layers` if given, else the drafter's default, refused where invalid for
-    the model by speculators' own rule (distinct, within [0, n], `models/utils.py:118-136`)."""
+    the model by speculators' own rule (distinct, within [0, n], `models/utils.py: resolve_target_layer_ids`)."""
     if drafter not in DRAFTER_DEFAULTS:
         raise ConfigError(f"--drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
     explicit = layers is not None

@@ -3,16 +3,16 @@ rename), so a killed run leaves either a whole file or none under the trainer's 
 
 - `speculators` (0.9.0): `<prepared>/hidden_states/hs_<i>.safetensors`, `i` the row of the dataset
   `prepare-data` saved (hs_connectors `transfer.py: FileTransfer.get_cached`), keys `token_ids` [T]
-  int64 (compared with `torch.equal` to the prepared `input_ids`, `train/data.py:312`) and
+  int64 (compared with `torch.equal` to the prepared `input_ids`, `train/data.py: ArrowDataset._get_raw_data`) and
   `hidden_states` [T, n_aux + 1, H]: the aux layers, then the final pre-norm state
-  (`train/data.py:323-331` slices `[:, :-1]` / `[:, -1]`; the verifier norm is applied by the
-  drafter, `models/eagle3/core.py:252`). Any float dtype: the collator casts to
+  (the same `_get_raw_data` slices `[:, :-1]` / `[:, -1]`; the verifier norm is applied by the
+  drafter, `models/eagle3/core.py: Eagle3DraftModel.forward`). Any float dtype: the collator casts to
   `--hidden-states-dtype` (`train/data.py: CollateFn`).
 - `specforge` (0.2.0): one `torch.save` file per row, `input_ids` [T], `loss_mask` [T],
   `hidden_state` [1, T, H] = the final state after the model's norm (its target head is the bare
-  `lm_head`, `modeling/target/target_head.py:100`) and `aux_hidden_state` [1, T, n_aux * H]
+  `lm_head`, `modeling/target/target_head.py: TargetHead.forward`) and `aux_hidden_state` [1, T, n_aux * H]
   (`algorithms/eagle3/data.py: normalize_offline_sample`), in bfloat16: the target head is built in
-  bf16 (`target_head.py:52`). The reader lists every `*.ckpt` under the folder, sorted
+  bf16 (`TargetHead.from_pretrained`). The reader lists every `*.ckpt` under the folder, sorted
   (`runtime/data_plane/offline_reader.py: list_feature_files`); temporary names end otherwise.
 """
 

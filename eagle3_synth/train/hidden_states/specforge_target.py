@@ -1,9 +1,9 @@
 """What SpecForge 0.2.0's offline route reads from the target model folder, beyond the `.ckpt` files.
 
 Its target head opens the ONE `*.index.json` of `model.target_model_path` and loads
-`weight_map["lm_head.weight"]` from the file named there (`modeling/target/target_head.py:70-94`,
+`weight_map["lm_head.weight"]` from the file named there (`modeling/target/target_head.py: TargetHead.load_weights`,
 no fallback); the draft's embedding is loaded the same way when there is an index
-(`modeling/draft/base.py:135-185`, key `model.embed_tokens.weight`). A single-file model has no
+(`modeling/draft/base.py: Eagle3DraftModel.load_embedding`, key `model.embed_tokens.weight`). A single-file model has no
 index, and a model with tied embeddings stores no `lm_head.weight`: for those we write a small
 folder beside the states, the model's config and tokenizer files (copied) plus one safetensors
 file holding the head and the embedding, and an index naming both.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 LM_HEAD_KEY = "lm_head.weight"
-EMBEDDING_KEY = "model.embed_tokens.weight"  # SpecForge's default `model.embedding_key` (config/schema.py:65)
+EMBEDDING_KEY = "model.embed_tokens.weight"  # SpecForge's default `model.embedding_key` (config/schema.py: ModelConfig)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 HEAD_FILE = "head.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
