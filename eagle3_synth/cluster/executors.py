@@ -2,12 +2,13 @@
 defaults: one task per node, all its GPUs, requeued on preemption.
 
 Read from datatrove 0.10.1's source: the Slurm executor writes an sbatch array whose tasks run
-`srun -l -n NODES launch_pickled_pipeline executor.pik` (slurm.py:307) with `--requeue` (slurm.py:358)
-and `--export=ALL` (slurm.py:324), and `run()` returns once submitted; the Ray executor needs
-`ray.init` first, gives each rank an actor in a placement group of `nodes_per_task` bundles
-(ray.py:168), resubmits a rank whose worker died (ray.py:264-276, up to 3 times) and, when a rank
-raised, only logs "Only k/n tasks completed" (ray.py:585) and returns: we read the completions
-ourselves (`shard_status`). The local executor raises when a rank does (local.py:135).
+`srun -l -n NODES launch_pickled_pipeline executor.pik` (slurm.py `SlurmPipelineExecutor.launch_job`)
+with `--requeue` (`SlurmPipelineExecutor.get_sbatch_args`) and `--export=ALL` (`launch_job`), and `run()`
+returns once submitted; the Ray executor needs `ray.init` first, gives each rank an actor in a
+placement group of `nodes_per_task` bundles (ray.py `RayTaskManager.submit_task`), resubmits a rank
+whose worker died (`RayTaskManager.task_done`, up to 3 times) and, when a rank raised, only logs
+"Only k/n tasks completed" (`RayPipelineExecutor.run`) and returns: we read the completions ourselves
+(`shard_status`). The local executor raises when a rank does (local.py `LocalPipelineExecutor.run`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class ExecutorSettings:
     gpus_per_task: int = 8
     cpus_per_task: int = 32
     mem_per_cpu_gb: float = 8
-    # Slurm: partition and time limit are required by the executor (slurm.py:112-113).
+    # Slurm: partition and time limit are required by the executor (datatrove 0.10.1
+    # `SlurmPipelineExecutor.__init__`).
     partition: str | None = None
     time: str = "24:00:00"
     qos: str | None = None
@@ -71,8 +73,9 @@ class ExecutorSettings:
         if self.executor == "slurm" and not self.partition:
             raise ConfigError("--executor slurm needs --partition NAME (the partition of your GPU nodes)")
         if self.nodes_per_task != 1:
-            # datatrove would run the step on every node of the task (slurm.py:307 `srun -n NODES`,
-            # ray.py:171), each generating the same shard with an engine of its own.
+            # datatrove would run the step on every node of the task (datatrove 0.10.1
+            # `SlurmPipelineExecutor.launch_job`: `srun -n NODES`; `RayTaskManager.submit_task`), each
+            # generating the same shard with an engine of its own.
             raise ConfigError("--nodes-per-task > 1 is not wired to SGLang's multi-node engine yet: serve the model "
                               "over several nodes and point the shards at it with --engine sglang-http --url "
                               "(docs/guides/clusters.md: a model that spans nodes)")

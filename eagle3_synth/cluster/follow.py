@@ -44,8 +44,9 @@ def submit(config: str, settings: GenerationSettings, executor_settings: Executo
     try:
         executor.run()
     except Exception:
-        # The local executor re-raises a rank's error after the others ran (local.py:135); where
-        # each shard stands is read from the run directory, like for every other executor.
+        # The local executor re-raises a rank's error after the others ran (datatrove
+        # `LocalPipelineExecutor.run`); where each shard stands is read from the run directory, like
+        # for every other executor.
         if executor_settings.executor != "local":
             raise
     return record_submission(settings.run_dir, config, executor_settings, executor, finished)

@@ -1,9 +1,10 @@
 """Where each shard of a launched run stands, read from the run directory alone.
 
 A shard is done only when datatrove marked its rank complete (`completions/<rank>` in the launch
-folder, datatrove/executor/base.py:165,177) AND our journal has a result for every one of its
-rollouts: the marker alone says the task returned, the journal says the work is there. A marker
-without the results (a task that returned early) counts as failed, never as done.
+folder, datatrove 0.10.1 executor/base.py `PipelineExecutor.mark_rank_as_completed`) AND our journal
+has a result for every one of its rollouts: the marker alone says the task returned, the journal
+says the work is there. A marker without the results (a task that returned early) counts as failed,
+never as done.
 
 A run whose shards were started by hand (`generate --shard-index I --num-shards N` from an sbatch
 array or a shell loop) has no launch record, markers or scheduler: there the journal and the shard
@@ -42,11 +43,11 @@ def launch_folder(run_dir: str, tasks: int) -> str:
 
 
 def completion_marker(rank: int) -> str:
-    return f"completions/{rank:05d}"  # datatrove/executor/base.py:165
+    return f"completions/{rank:05d}"  # datatrove/executor/base.py PipelineExecutor.is_rank_completed
 
 
 def task_log(rank: int) -> str:
-    return f"logs/task_{rank:05d}.log"  # datatrove/utils/logging.py:57
+    return f"logs/task_{rank:05d}.log"  # datatrove/utils/logging.py add_task_logger
 
 
 @dataclass

@@ -1,14 +1,15 @@
 """The datatrove pipeline step: rank R of W generates shard R of W of a config into the run directory.
 
 Executors pickle the step by reference (Slurm: dill into executor.pik, loaded by the
-`launch_pickled_pipeline` console script on the node, datatrove/executor/slurm.py:290,307; Ray:
-`ray.put`, datatrove/executor/ray.py:509), so it lives in this installed package and holds only
-plain data: the config name and the generation settings `eagle3-synth generate` would build.
+`launch_pickled_pipeline` console script on the node, datatrove 0.10.1 executor/slurm.py
+`SlurmPipelineExecutor.launch_job`; Ray: `ray.put`, executor/ray.py `RayPipelineExecutor.run`), so
+it lives in this installed package and holds only plain data: the config name and the generation
+settings `eagle3-synth generate` would build.
 
 The step returns normally only when the journal has a result for every rollout of its shard:
-datatrove writes its completion marker exactly when the step returns (base.py:148), so a shard
-interrupted by preemption, `--max-hours` or SIGTERM raises instead and stays unfinished; the next
-launch runs it again and it resumes from its journal.
+datatrove writes its completion marker exactly when the step returns (executor/base.py
+`PipelineExecutor._run_for_rank`), so a shard interrupted by preemption, `--max-hours` or SIGTERM
+raises instead and stays unfinished; the next launch runs it again and it resumes from its journal.
 """
 
 from __future__ import annotations

@@ -8,16 +8,17 @@ config's `template_kwargs` -- is checked against:
 
 - the names the template reads: its undeclared variables (`jinja2.meta.find_undeclared_variables`
   over the template parsed by transformers' own Jinja environment, as transformers'
-  `_get_template_variables` does, chat_template_utils.py:430), less those reserved below.
+  `_get_template_variables` does, transformers 5.25 utils/chat_template_utils.py), less those reserved below.
   `--template-kwarg-unchecked` skips this for a template that reads a kwarg indirectly (a
   tokenizer's own `apply_chat_template` code);
 - the values the model profile lists for it (`thinking_kwargs` in contract/profiles.yaml: Kimi's
   `thinking` is true or false, gpt-oss's `reasoning_effort` low, medium or high);
 - the reserved names, refused always: the arguments of `apply_chat_template` and
-  `render_jinja_template` (transformers 5.24 tokenization_utils_base.py:3040,
-  chat_template_utils.py:763), `messages` (which render passes itself, chat_template_utils.py:856),
-  the tokenizer's special tokens (merged under the kwargs, tokenization_utils_base.py:3176) and the
-  Jinja environment's globals (`raise_exception`, `namespace`..., chat_template_utils.py:662-669).
+  `render_jinja_template` (transformers 5.25 tokenization_utils_base.py
+  `PreTrainedTokenizerBase.apply_chat_template`, chat_template_utils.py `render_jinja_template`),
+  `messages` (which `render_jinja_template` passes itself), the tokenizer's special tokens (merged
+  under the kwargs in `apply_chat_template`) and the Jinja environment's globals (`raise_exception`,
+  `namespace`..., chat_template_utils.py `_cached_compile_jinja_template`).
 """
 
 from __future__ import annotations

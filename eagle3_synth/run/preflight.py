@@ -175,7 +175,7 @@ def check_model_and_engine(engine: str, model: str | None, options: EngineOption
 
 def check_chat_template(tokenizer: Any, folder: str, option: str) -> None:
     """The tokenizer's chat template(s) compile, with transformers' own Jinja environment
-    (transformers 5 utils/chat_template_utils.py:562-672, `_compile_jinja_template`); a syntax error is one
+    (transformers 5.25 utils/chat_template_utils.py `_compile_jinja_template`); a syntax error is one
     line naming the folder and the template line, not a failure of every prompt."""
     from jinja2 import TemplateSyntaxError
     from transformers.utils.chat_template_utils import _compile_jinja_template
