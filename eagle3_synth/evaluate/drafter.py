@@ -9,7 +9,7 @@ Two layouts are read:
   config has no `model_type`), so `sglang_config` rewrites the config for SGLang and `write_sglang`
   puts it beside links to the same weights, whose names SGLang reads as they are.
 
-SGLang skips a weight whose name it does not know without a word (llama_eagle3.py:371-378) and
+SGLang skips a weight whose name it does not know without a word (llama_eagle3.py `LlamaForCausalLMEagle3.load_weights`) and
 serves a drafter with that part random, and a drafter that does not fit its target fails in the
 scheduler after minutes of loading; `fit_problems` finds both before the engine starts.
 """
@@ -70,7 +70,7 @@ class Drafter:
         config with `layer_types` ["sliding_attention"] and `sliding_window`, speculators 0.9.0
         models/eagle3/core.py `Eagle3DraftModel.__init__`),
         None for full attention. SGLang serves it only when told: `speculative_draft_window_size`
-        (llama_eagle3.py:285-297)."""
+        (llama_eagle3.py `LlamaForCausalLMEagle3.__init__`)."""
         layer = self.layer_config
         sliding = layer.get("use_sliding_window") or "sliding_attention" in (layer.get("layer_types") or [])
         window = layer.get("sliding_window")
@@ -198,14 +198,15 @@ def _speculators_problems(drafter: Drafter) -> list[str]:
 def sglang_config(drafter: Drafter, architecture: str, num_layers: int) -> dict[str, Any]:
     """A speculators drafter's config as SGLang's LlamaForCausalLMEagle3 reads it.
 
-    speculators (models/eagle3/config.py) -> SGLang (llama_eagle3.py):
+    speculators 0.9.0 (models/eagle3/config.py) -> SGLang 0.5.23 (srt/models/llama_eagle3.py):
     transformer_layer_config.* -> the top level (a LlamaConfig: hidden_size, heads, rms_norm_eps, ...);
-    draft_vocab_size -> draft_vocab_size (:306-313); target_hidden_size -> target_hidden_size when
-    set (:151-154); eagle_aux_hidden_state_layer_ids (vLLM's numbering) -> eagle_config.
-    eagle_aux_hidden_state_layer_ids in SGLang's (:157-161, aux_layers.py); norm_before_fc ->
-    eagle_config.norm_before_fc (:174-176); fc_norm -> fc_norm (:184-193); norm_output -> norm_output
-    (:207, :267-268: both "feed the normed state back between draft steps"). tie_word_embeddings is
-    false: the drafter's lm_head is its own, of draft_vocab_size rows (:303-313)."""
+    draft_vocab_size -> draft_vocab_size (`LlamaForCausalLMEagle3.__init__`); target_hidden_size ->
+    target_hidden_size when set; eagle_aux_hidden_state_layer_ids (vLLM's numbering) -> eagle_config.
+    eagle_aux_hidden_state_layer_ids in SGLang's (aux_layers.py); norm_before_fc ->
+    eagle_config.norm_before_fc; fc_norm -> fc_norm; norm_output -> norm_output (all read in
+    `LlamaModel.__init__`; with norm_output, `LlamaModel.forward` feeds the normed state back between
+    draft steps). tie_word_embeddings is false: the drafter's lm_head is its own, of
+    draft_vocab_size rows (`LlamaForCausalLMEagle3.__init__`)."""
     config = {key: value for key, value in drafter.layer_config.items() if key not in ("architectures", "auto_map")}
     eagle_config: dict[str, Any] = {}
     named = drafter.sglang_layer_ids(architecture, num_layers)
