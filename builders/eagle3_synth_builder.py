@@ -148,7 +148,7 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
         ranges = sample_id_ranges(coverage.sample_ids, stops=coverage.sample_id_stops)
         held_out = held_out_conversations(RunDirectory(run_dir))
         gen_kwargs = {"run_dir": run_dir, "ranges": ranges}
-        if not len(held_out):  # train only, as before the option existed: no empty validation split
+        if not len(held_out):  # train only: no empty validation split
             return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs=gen_kwargs)]
         self.echo(f"  validation: {len(held_out)} conversations held out (every rollout and turn of each)")
         return [datasets.SplitGenerator(name=split, gen_kwargs={**gen_kwargs, "split": str(split)})

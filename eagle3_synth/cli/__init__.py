@@ -238,8 +238,8 @@ def _on_ctrl_c(signum: int, frame: object) -> None:
 @contextmanager
 def _ctrl_c_noted() -> Iterator[None]:
     """SIGINT raises KeyboardInterrupt, as Python's own handler does, and is noted: a library that
-    catches everything around an import or a call can lose the exception (measured: a Ctrl-C 1 s into
-    a build, while its modules were imported, and the build ran to its end). Python's handler is put
+    catches everything around an import or a call can lose the exception (a Ctrl-C while a build
+    imports its modules would otherwise let the build run to its end). Python's handler is put
     back after (only the main thread can set one)."""
     _CTRL_C.clear()
     if threading.current_thread() is not threading.main_thread() or \

@@ -136,7 +136,7 @@ def out_of_range(ids: Sequence[int], vocab_size: int) -> tuple[int, int] | None:
     The one range test of the contract: engines' result checks, replay import, `validate` and
     `publish` all call it. An id outside the model's embedding rows is an index error (or garbage)
     in a trainer's embedding lookup, so no row may hold one. min/max run in C (numpy's own for a
-    numpy array, which the replay check holds: ~10x faster than over a list); the position is
+    numpy array, which the replay check holds, far faster than over a list); the position is
     looked for only when one is out.
     """
     if len(ids) == 0:

@@ -15,8 +15,8 @@ checks each record again with its request (what needs the prompt: a leaked promp
 there stops the run, what was journaled stays. A sample without a record, or with an `abort`
 record, is that sample's error (reported, `--retry-errors`).
 
-The file is parsed once (issue 26: parsing it again at playback made the whole build 2.26x a bare
-JSON -> Parquet pass): the check keeps what it parsed (`CheckedReplay`: a few numbers a record in
+The file is parsed once (parsing it again at playback would pay the
+file's parse twice): the check keeps what it parsed (`CheckedReplay`: a few numbers a record in
 memory, the output ids in an unlinked temporary file, 4 bytes an id) and playback reads the ids back
 from there. Without the check (the Python API, a check that could not keep its records) the file is
 indexed by byte offset and each line parsed when it is played.
@@ -108,7 +108,7 @@ class Record(NamedTuple):
 def parse_record(line: bytes) -> Record:
     """One line's fields; `BadRecord` if it is no result record."""
     try:
-        record = orjson.loads(line)  # ~3x json.loads on thousands of ids
+        record = orjson.loads(line)  # orjson: far quicker than json.loads on thousands of ids
     except orjson.JSONDecodeError as exc:
         raise BadRecord(f"not valid JSON ({exc})") from None
     if not isinstance(record, dict):
@@ -159,7 +159,7 @@ class CheckedReplay:
     without parsing the file again.
 
     Memory stays flat in the file's size: a few numbers a record are held, the output ids go to an
-    unlinked temporary file (TMPDIR; 4 bytes an id, ~0.7x the JSON) and are read back a record at a
+    unlinked temporary file (TMPDIR; 4 bytes an id, less than the JSON holds) and are read back a record at a
     time. Playback plays what was checked, even if the file changed since. Where the temporary file
     cannot be written (a full TMPDIR) nothing is kept (`ready` says None): the check still holds,
     and playback parses the file again.

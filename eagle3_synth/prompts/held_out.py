@@ -83,6 +83,6 @@ def split_of(conversation: int, held_out: np.ndarray) -> str:
 
 def run_validation(fields: dict[str, Any]) -> tuple[Validation, int]:
     """A run's recorded `validation` value and the seed its draw uses (the selection seed), from
-    run.json's fields; (None, 0) for a run made without one (or before the option existed)."""
+    run.json's fields; (None, 0) for a run made without one (its run.json has no such field)."""
     conversations = fields.get("conversations") or {}
     return fields.get("validation"), int(conversations.get("mix_seed", 0))

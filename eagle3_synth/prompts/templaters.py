@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 
 # `workers=None` moves to a pool of one worker per core but one (up to the maximum) only after
 # this many prompts: keeps small prompt lists (and the test suite) free of worker processes, each of
-# which costs 0.6-2 s of CPU to start (imports, tokenizer). Since this process templates while the
-# workers start, a pool no longer waits on them: on 2 cores, 10,000 prompts built ~0.2 s faster
-# with the pool from 2,048 prompts than from 16,384 (benchmarks/README.md, "The whole `build` against a bare ... pass").
+# which costs seconds of CPU to start (imports, tokenizer). This process templates while the
+# workers start, so a pool never waits on them and pays off from a few thousand prompts
+# (benchmarks/README.md, "The whole `build` against a bare ... pass").
 POOL_MIN_PROMPTS = 2_048
 MAX_AUTO_WORKERS = 8
 

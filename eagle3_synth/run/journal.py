@@ -260,7 +260,7 @@ class JournalIndex:
             try:
                 if array_ids:
                     return _with_array_ids(line)
-                return orjson.loads(line)  # ~3x json.loads on a line of thousands of ids
+                return orjson.loads(line)  # orjson: far quicker than json.loads on a line of thousands of ids
             except orjson.JSONDecodeError as exc:
                 raise ConfigError(
                     f"{self.files[file_index]} at byte {int(self.offsets[position])}: journal line is not "

@@ -1,7 +1,7 @@
 """The replay file's check (`engines.replay.check_replay_file`) run in a thread beside prompt preparation.
 
 The check reads every record of the file before anything is claimed or generated. Run first and
-alone it kept one core busy while the other idled (~1 s of a 10,000-sample build on 2 cores); in a
+alone it would keep one core busy while the others idle; in a
 thread it runs while this process prepares the prompts: whenever this process waits for the
 templating worker (whose start-up takes a second or more), encodes (the tokenizer releases the GIL)
 or writes the staged files, the check goes on.

@@ -150,7 +150,7 @@ class RunSpec:
     conversations: ConversationPlan = ConversationPlan()
     # Whole conversations held out as the `validation` split (`prompts/held_out.py`): a count N, a
     # fraction, or None (train only). It decides no id, only the split a row is in; None enters no
-    # field, so a run without it keeps the fingerprint it had before the option existed.
+    # field, so a run without it has the fingerprint of a run whose settings never named it.
     validation: float | int | None = field(default=None, metadata={"omit_none": True})
 
     @property

@@ -316,8 +316,8 @@ def compute_batch(capture: LayerCapture, batch: list[Item], device: Any) -> tupl
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Per-row copies are small, memory-bound ops: with several intra-op threads each one waits for
-    every thread to join, which on a shared machine costs a scheduler slice per op (measured here:
-    0.5 s vs 1 ms for 16 row copies with 2 threads on a loaded 2-core VM)."""
+    every thread to join, which on a shared machine costs a scheduler slice per op: far more than
+    the copy itself."""
     import torch
 
     threads = torch.get_num_threads()
