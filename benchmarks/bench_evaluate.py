@@ -6,7 +6,7 @@ through one in-process SGLang 0.5.23 Engine with an EAGLE-3 drafter, once as a b
 the counts read). Run with the SGLang venv's interpreter; the same engine serves both, alternating
 (bare, evaluate, bare, evaluate ...), after one untimed warm-up request (the first draft step compiles).
 
-Prints Markdown rows for BENCHMARKS.md: rows/s and tokens/s of each, and the ratio (floor 1.15x).
+Prints Markdown rows for benchmarks/README.md: rows/s and tokens/s of each, and the ratio (floor 1.15x).
 The drafter defaults to a random one of the tiny model's shapes (the timing does not depend on
 what it accepts much: a random drafter is the worst case, every step verifying its drafts).
 
