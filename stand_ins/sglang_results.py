@@ -1,7 +1,7 @@
 """SGLang 0.5.23 result dicts and errors, shaped as its source writes them: meta_info and the result
-dicts in srt/managers/tokenizer_manager.py:2507-2513,2675-2713 (no `text` under skip_tokenizer_init,
-its `BatchTokenIDOutput` branch), finish reasons in srt/managers/schedule_batch.py:284-345, the HTTP
-error bodies in srt/entrypoints/http_server.py:2246-2250.
+dicts in srt/managers/tokenizer_manager.py `TokenizerManager._handle_batch_output` (no `text` under skip_tokenizer_init,
+its `BatchTokenIDOutput` branch), finish reasons in srt/managers/schedule_batch.py (`FINISH_MATCHED_TOKEN` ...
+`FINISH_ABORT`), the HTTP error bodies in srt/entrypoints/http_server.py `_create_error_response`.
 
 Shared by the fake `sglang.Engine` and the loopback `/generate` server, so both stand-ins return
 exactly one shape. With `skip_tokenizer_init=True` there is no `"text"` (except in a queued abort).
@@ -43,7 +43,8 @@ def stop_reason(matched: int) -> dict[str, Any]:
 
 def nan_stop() -> dict[str, Any]:
     """A NaN or out-of-range sampled token: reported as a string match, the token replaced by an
-    EOS/stop id (sglang 0.5.23 srt/managers/schedule_batch.py:1977-1991)."""
+    EOS/stop id (sglang 0.5.23 srt/managers/schedule_batch.py
+    `Req._check_vocab_boundary_finish`)."""
     return {"type": "stop", "matched": "NaN happened"}
 
 
@@ -74,7 +75,8 @@ def context_too_long(prompt_len: int, context_len: int) -> str:
 
 
 def total_too_long(prompt_len: int, max_new_tokens: int, context_len: int) -> str:
-    """The ValueError message for prompt + max_new_tokens over the context (tokenizer_manager.py:1368-1376)."""
+    """The ValueError message for prompt + max_new_tokens over the context
+    (tokenizer_manager.py `TokenizerManager._validate_one_request`)."""
     return (f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
             f"You requested a total of {prompt_len + max_new_tokens} tokens: {prompt_len} tokens from the input "
             f"messages and {max_new_tokens} tokens for the completion. Please reduce the number of tokens in the "
@@ -82,7 +84,8 @@ def total_too_long(prompt_len: int, max_new_tokens: int, context_len: int) -> st
 
 
 def input_too_long(prompt_len: int, max_req_input_len: int) -> str:
-    """The scheduler's message for a prompt at or over max_req_input_len (srt/managers/utils.py:282-285)."""
+    """The scheduler's message for a prompt at or over max_req_input_len
+    (srt/managers/utils.py `validate_input_length`)."""
     return (f"Input length ({prompt_len} tokens) exceeds the maximum allowed length ({max_req_input_len} tokens). "
             "Use a shorter input or enable --allow-auto-truncate.")
 

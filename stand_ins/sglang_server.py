@@ -1,11 +1,12 @@
 """A loopback HTTP server speaking SGLang 0.5.23's native `/generate`, with fault injection.
 
-It stands in for `python -m sglang.launch_server --skip-tokenizer-init` (or a router), which
-needs a GPU. The HTTP surface follows sglang 0.5.23's srt/entrypoints/http_server.py: `POST /generate`
-(:928-990) with `input_ids` (one prompt, or a list of prompts = a batch that returns when all are
-done), `sampling_params` (unknown keys and bad values -> 400: its schema check, :937-939, and a
-ValueError's `{"error": {"message": ...}}`, :2246-2250), `rid`; results shaped as in
-sglang_results.py; `GET /health` (:721), `/get_model_info` (:802), `/model_info` (:812).
+It stands in for `python -m sglang.launch_server --skip-tokenizer-init` (or a router), which needs a
+GPU. The HTTP surface follows sglang 0.5.23's srt/entrypoints/http_server.py: `POST /generate`
+(`generate_request`, `serve_generate_request`) with `input_ids` (one prompt, or a list of prompts =
+a batch that returns when all are done), `sampling_params` (unknown keys and bad values -> 400: its
+schema check in `generate_request`, and a ValueError's `{"error": {"message": ...}}`,
+`_create_error_response`), `rid`; results shaped as in sglang_results.py; `GET /health`
+(`health_generate`), `/get_model_info` (`get_model_info`), `/model_info` (`model_info`).
 
 What generates (a backend):
 - `TinyModelBackend`: the tiny fixture model through transformers, one request at a time;
@@ -296,7 +297,7 @@ class KVBoundedModel:
         self._next = 0
 
     def loads(self) -> list[dict[str, Any]]:
-        """Per rank, the core fields of sglang's LoadSnapshot (srt/managers/load_snapshot.py:196-217)."""
+        """Per rank, the core fields of sglang's LoadSnapshot (srt/managers/load_snapshot.py)."""
         return [{"dp_rank": r, "num_running_reqs": self.running[r], "num_waiting_reqs": self.waiting[r],
                  "token_usage": self.used[r] / self.kv_tokens, "max_running_requests": self.reported_capacity}
                 for r in range(self.ranks)]
@@ -365,7 +366,7 @@ class SGLangLoopbackServer:
         srt/environ.py), then a chunk every `chunk_s` (with a `clock`: the client's clock is advanced
         by them instead); `keep_aborted`: a request whose client went away keeps its rid (as until
         the scheduler confirms the abort) until one request reused it: a request reusing a live rid
-        gets 400 "Duplicate request ID detected" (tokenizer_manager.py:3834-3837);
+        gets 400 "Duplicate request ID detected" (`TokenizerManager._init_req_state`);
         `server_args={"incremental_streaming_output": True}` streams deltas. `starting_polls`: /health
         answers 503 to that many requests first (`math.inf`: for ever; the real server's `ServerStatus.Starting`); `api_key`: requests without `Authorization:
         Bearer KEY` get SGLang's 401; `server_args`: overrides of the served /server_info fields."""
@@ -417,7 +418,8 @@ class SGLangLoopbackServer:
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """sglang 0.5.23 srt/utils/auth.py:192-203: a missing or wrong key is 401 {"error": "Unauthorized"}."""
+        """sglang 0.5.23 srt/utils/auth.py `add_api_key_middleware`: a missing or wrong key is 401
+        {"error": "Unauthorized"}."""
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return self._respond(401, {"error": "Unauthorized"})
         return await handler(request)
@@ -428,28 +430,28 @@ class SGLangLoopbackServer:
 
     @property
     def max_req_len(self) -> int | None:
-        """min(context_len - 1, kv_capacity - 1) (srt/managers/tp_worker.py:568-571)."""
+        """min(context_len - 1, kv_capacity - 1) (srt/managers/tp_worker.py `TpModelWorker.get_worker_info`)."""
         limits = [n - 1 for n in (self.context_length, self.kv_capacity) if n is not None]
         return min(limits) if limits else None
 
     @property
     def max_req_input_len(self) -> int | None:
-        """max_req_len - 5 (tp_worker.py:572)."""
+        """max_req_len - 5 (the same `get_worker_info`)."""
         return None if self.max_req_len is None else self.max_req_len - 5
 
     async def handle_health(self, request: web.Request) -> web.Response:
-        """503 while starting (http_server.py:731-732: `ServerStatus.Starting`), then 200, empty body."""
+        """503 while starting (http_server.py `health_generate`: `ServerStatus.Starting`), then 200, empty body."""
         self.health_requests += 1
         if self.health_requests <= self.starting_polls:
             return web.Response(status=503)
         return web.Response(status=200)
 
     async def handle_server_info(self, request: web.Request) -> web.Response:
-        """The real field names: resolved server args (srt/utils/common.py:3584-3593) plus the
-        scheduler's init info (`max_total_num_tokens`, `max_req_input_len`, scheduler.py:1937-1947),
-        `internal_states`, `version` (http_server.py:863-887)."""
+        """The real field names: resolved server args (srt/utils/common.py `build_server_info`) plus
+        the scheduler's init info (`max_total_num_tokens`, `max_req_input_len`, scheduler.py
+        `Scheduler.get_init_info`), `internal_states`, `version` (http_server.py `server_info`)."""
         # `context_length` is the server argument (None unless the server was started with one), not the
-        # model's: the model's is /v1/models' max_model_len (srt/entrypoints/http_server.py:1993-2006;
+        # model's: the model's is /v1/models' max_model_len (srt/entrypoints/http_server.py `available_models`;
         # tests/engines/real/test_contract.py checks both on the real 0.5.23).
         info = {"model_path": self.model_path, "tokenizer_path": self.model_path, "context_length": None,
                 "tp_size": 1, "dp_size": 1, "speculative_algorithm": None, **self.server_args,
@@ -460,7 +462,7 @@ class SGLangLoopbackServer:
         return web.json_response(info)
 
     async def handle_models(self, request: web.Request) -> web.Response:
-        """srt/entrypoints/http_server.py:1993-2022: one ModelCard (openai/protocol.py:87-103) whose
+        """srt/entrypoints/http_server.py `available_models`: one ModelCard (openai/protocol.py) whose
         `max_model_len` is the model's context (`model_config.context_len`)."""
         return web.json_response({"object": "list", "data": [
             {"id": self.model_path, "object": "model", "created": 0, "owned_by": "sglang", "root": self.model_path,
@@ -471,8 +473,8 @@ class SGLangLoopbackServer:
         return int(self.server_args.get("dp_size") or 1) * int(self.server_args.get("attn_dp_size") or 1)
 
     async def handle_loads(self, request: web.Request) -> web.Response:
-        """srt/entrypoints/v1_loads.py:96-150: per DP rank `LoadSnapshot.to_dict` ("core" fields,
-        load_snapshot.py:196-217); the requests being answered, `capacity_per_rank` running per rank."""
+        """srt/entrypoints/v1_loads.py `get_loads`: per DP rank `LoadSnapshot.to_dict` ("core"
+        fields); the requests being answered, `capacity_per_rank` running per rank."""
         self.load_reads += 1
         if hasattr(self.backend, "loads"):  # a model that knows what it runs and queues (KVBoundedModel)
             return web.json_response({"timestamp": "", "version": "0.5.23", "accelerator": None,
@@ -510,18 +512,19 @@ class SGLangLoopbackServer:
             return 400, R.error_400("input_ids should be a list of lists of ints, or a list of ints")
         n = len(input_ids)
         if self.context_length is not None:
-            # srt/managers/tokenizer_manager.py:1337-1350, then 1352-1378 (allow_auto_truncate off)
+            # srt/managers/tokenizer_manager.py `_validate_one_request` (allow_auto_truncate off)
             if n >= self.context_length:
                 return 400, R.error_400(R.context_too_long(n, self.context_length))
             if n + sampling["max_new_tokens"] > self.context_length:
                 return 400, R.error_400(R.total_too_long(n, sampling["max_new_tokens"], self.context_length))
         if self.max_req_input_len is not None and n >= self.max_req_input_len:
-            # srt/managers/utils.py:272-285, an abort the non-stream call raises as a 400
+            # srt/managers/utils.py `validate_input_length`, an abort the non-stream call raises as a 400
             return 400, R.error_400(R.input_too_long(n, self.max_req_input_len))
         if self.max_req_len is not None:
-            # The scheduler lowers max_new_tokens to fit (srt/managers/scheduler.py:2709-2716;
+            # The scheduler lowers max_new_tokens to fit (srt/managers/scheduler.py
+            # `Scheduler.init_req_max_new_tokens`;
             # the KV-memory cut after it is folded into kv_capacity here) and the length finish
-            # reports the lowered value (schedule_batch.py:2004).
+            # reports the lowered value (schedule_batch.py `Req.update_finish_state`).
             sampling = {**sampling, "max_new_tokens": max(0, min(sampling["max_new_tokens"], self.max_req_len - n - 1))}
         cached = self._cached_tokens(input_ids)
         out = await self.backend.generate(input_ids, sampling)
@@ -548,8 +551,8 @@ class SGLangLoopbackServer:
         self.sent.append({"input_ids": input_ids, "sampling_params": dict(body.get("sampling_params") or {})})
         if (body.get("priority") is not None and not self.server_args.get("enable_priority_scheduling")
                 and self.server_args.get("abort_on_priority_when_disabled")):
-            # srt/managers/scheduler.py:3520-3543: without priority scheduling a priority is ignored,
-            # unless abort_on_priority_when_disabled, which aborts the request with 503
+            # srt/managers/scheduler.py `Scheduler._set_or_validate_priority`: without priority scheduling a
+            # priority is ignored, unless abort_on_priority_when_disabled, which aborts the request with 503
             return self._respond(503, {"error": {"message": "Using priority is disabled for this server. Please "
                                                             "send a new request without a priority."}})
         if isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list):  # a batch
@@ -559,7 +562,7 @@ class SGLangLoopbackServer:
 
         stream = bool(body.get("stream"))
         if rid in self.live_rids:
-            message = f"Duplicate request ID detected: {rid}"  # tokenizer_manager.py:3834-3837
+            message = f"Duplicate request ID detected: {rid}"  # TokenizerManager._init_req_state
             self.outcomes["duplicate"] += 1
             self._reused.add(rid)
             if rid in self._kept:
@@ -583,7 +586,7 @@ class SGLangLoopbackServer:
                 self.live_rids.discard(rid)
 
     async def _stream_error(self, request: web.Request, message: str, code: int = 400) -> web.StreamResponse:
-        """A ValueError in a stream: 200, an error chunk, [DONE] (srt/entrypoints/http_server.py:949-981)."""
+        """A ValueError in a stream: 200, an error chunk, [DONE] (http_server.py `serve_generate_request`)."""
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         error = {"error": {"message": message, "type": "invalid_request_error", "code": code, "retryable": False}}
@@ -593,9 +596,9 @@ class SGLangLoopbackServer:
 
     def _chunks(self, result: dict[str, Any], interval: int) -> list[dict[str, Any]]:
         """What a stream sends: the first token at once, then whenever `interval` ids are unsent
-        (srt/managers/scheduler_components/output_streamer.py:454-469), then the finished result;
-        `output_ids` cumulative, or new ids only under incremental_streaming_output
-        (tokenizer_manager.py:2672-2706); `completion_tokens` counts all ids so far (:2556)."""
+        (srt/managers/scheduler_components/output_streamer.py `_GenerationStreamAccumulator.accept`), then
+        the finished result; `output_ids` cumulative, or new ids only under incremental_streaming_output
+        (`TokenizerManager._handle_batch_output`); `completion_tokens` counts all ids so far (the same)."""
         ids = result["output_ids"]
         ends = list(range(1, len(ids), interval))
         incremental = bool(self.server_args.get("incremental_streaming_output"))
@@ -620,7 +623,7 @@ class SGLangLoopbackServer:
 
     async def _answer_stream(self, request: web.Request, input_ids: Any, sampling: dict[str, Any],
                              rid: str) -> tuple[web.StreamResponse, bool]:
-        """`stream: true` (http_server.py:949-981): headers at once (Starlette sends them before the
+        """`stream: true` (http_server.py `serve_generate_request`): headers at once (Starlette sends them before the
         body), nothing while queued, then `data: <json>\\n\\n` chunks and `data: [DONE]\\n\\n`.
         Returns the response and whether the client went away (the request was aborted)."""
         fault = self._fault_for(input_ids)
@@ -643,7 +646,7 @@ class SGLangLoopbackServer:
             result["output_ids"][-1] = sampling["stop_token_ids"][0]
             result["meta_info"]["finish_reason"] = R.nan_stop()
         if fault is not None and fault.kind == "abort":
-            # An abort with a status ends a stream as its final chunk (tokenizer_manager.py:1891-1922).
+            # An abort with a status ends a stream as its final chunk (`TokenizerManager._handle_abort_finish_reason`).
             result["meta_info"]["finish_reason"] = {"type": "abort", "message": "The request queue is full.",
                                                     "status_code": fault.status, "err_type": None}
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
@@ -711,7 +714,7 @@ class SGLangLoopbackServer:
         self.outcomes["ok" if status == 200 else str(status)] += 1
         if fault is not None and fault.kind == "nan" and status == 200:
             # A NaN / out-of-range token: its slot gets a stop/EOS id and the finish is a string
-            # match (srt/managers/schedule_batch.py:1977-1991).
+            # match (srt/managers/schedule_batch.py `Req._check_vocab_boundary_finish`).
             result["output_ids"][-1] = sampling["stop_token_ids"][0]
             result["meta_info"]["finish_reason"] = R.nan_stop()
         if fault is not None and fault.kind == "truncate":
@@ -730,13 +733,13 @@ class SGLangLoopbackServer:
 
 
 class RouterLoopback:
-    """A stand-in for sglang-router 0.3.2 in front of one or more workers: `/generate` is forwarded
-    with the same body (rid included) under a total timeout (`request_timeout_secs`, default 1800,
-    sglang_router/router_args.py:63) and retried on 408/429/5xx or that timeout up to
-    `max_retries` times (`retry_max_retries=5`, router_args.py:77-82; `--disable-retries`,
-    router_args.py:535-538); each attempt picks a worker again, in turn (round robin), so a retry
-    may land on another worker or on the one still holding the aborted id. The answer is buffered,
-    then passed on with its status. GETs go to the first worker."""
+    """A stand-in for sglang-router 0.3.2 in front of one or more workers: `/generate` is forwarded with
+    the same body (rid included) under a total timeout (`request_timeout_secs`, default 1800,
+    sglang_router/router_args.py `RouterArgs`) and retried on 408/429/5xx or that timeout up to
+    `max_retries` times (`retry_max_retries=5`; `--disable-retries`, `RouterArgs.add_cli_args`); each
+    attempt picks a worker again, in turn (round robin), so a retry may land on another worker or on the
+    one still holding the aborted id. The answer is buffered, then passed on with its status. GETs go to
+    the first worker."""
 
     def __init__(self, worker_url: str | list[str], request_timeout_s: float = 1800.0, max_retries: int = 5):
         self.workers = [worker_url] if isinstance(worker_url, str) else list(worker_url)
@@ -855,7 +858,8 @@ def main() -> None:
         backend = KVBoundedModel(ranks=args.ranks, kv_tokens=args.kv_tokens, per_token_s=args.per_token_ms / 1000,
                                  median_tokens=args.median_tokens, sigma=args.sigma,
                                  reported_capacity=args.reported_capacity)
-        # As sglang 0.5.23 reports attention DP: attn_dp_size=N, dp_size=1 (srt/arg_groups/parallel_hook.py:44-56).
+        # As sglang 0.5.23 reports attention DP: attn_dp_size=N, dp_size=1 (srt/arg_groups/parallel_hook.py
+        # `handle_deprecated_dp_attention`).
         server_args, capacity = {"attn_dp_size": args.ranks, "dp_size": 1}, args.reported_capacity
     else:
         backend = ContinuousBatchingModel(slots=args.slots, per_token_s=args.per_token_ms / 1000,
