@@ -20,8 +20,8 @@ Why a build of our own (docs/guides/engines.md, "The real SGLang on a CPU", says
   "Illegal instruction", the same sources for x86-64-v3 (AVX2, FMA) without the AVX-512/AMX options:
   `vec.h:3-5` then leaves `CPU_CAPABILITY_AVX512` undefined, every kernel takes the at::vec path
   the source keeps for CPUs without it (what its aarch64 build runs), and SGLang's Python, which
-  finds no AMX (`srt/utils/common.py:371`), runs its layers' `forward_native` (torch) instead of
-  most of these kernels (e.g. `srt/layers/layernorm.py:886`). Slower, the same SGLang;
+  finds no AMX (`srt/utils/common.py` `cpu_has_amx_support`), runs its layers' `forward_native` (torch) instead of
+  most of these kernels (e.g. `srt/layers/layernorm.py` `RMSNorm.forward_cpu`). Slower, the same SGLang;
 - the tarball's source (upstream 6127d1da) is older than 0.5.23's Python: the two attention ops'
   schemas differ (attention_0_5_23.cpp beside this file says how, and what it refuses); that file
   also computes extend attention in ATen on a CPU without AMX, and `install` puts an SGLang plugin
