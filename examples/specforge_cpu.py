@@ -7,50 +7,57 @@ entry_points.txt):
     .venv-specforge/bin/python -m examples.specforge_cpu train --config run.yaml [section.field=value ...]
 
 An offline EAGLE-3 run (`data.hidden_states_path`) with `training.attention_backend: sdpa` and
-`training.fsdp_sharding: NO_SHARD` needs no accelerator anywhere but in its loss (line numbers of
+`training.fsdp_sharding: NO_SHARD` needs no accelerator anywhere but in its loss (as read in
 SpecForge 0.2.0's wheel):
 
-- the device: `utils.py:138-155` picks `SPECFORGE_DEVICE`, else cuda/npu when available, else
-  "cpu"; for "cpu" `distributed.py:20-24` starts gloo and `:63-64` binds no device. Set here to
-  "cpu" when unset, so the choice is SpecForge's own CPU path by name;
+- the device: `utils.py: get_device_type` picks `SPECFORGE_DEVICE`, else cuda/npu when available,
+  else "cpu"; for "cpu" `distributed.py` starts gloo (`_DISTRIBUTED_BACKENDS`) and
+  `_bind_local_device` binds no device. Set here to "cpu" when unset, so the choice is SpecForge's
+  own CPU path by name;
 - `NO_SHARD` wraps the draft in plain DDP, with no device ids for a CPU model
-  (`training/backend.py:233-251`); the sharded strategies use FSDP with bf16 mixed precision;
-- the draft is built in `model.torch_dtype` (bfloat16 by default, `config/schema.py:73`;
-  `algorithms/model_providers.py:112`), which matches the bf16 `.ckpt` features it reads.
+  (`training/backend.py: FSDPTrainingBackend.prepare_model`); the sharded strategies use FSDP with
+  bf16 mixed precision;
+- the draft is built in `model.torch_dtype` (bfloat16 by default, `config/schema.py: ModelConfig`;
+  `algorithms/model_providers.py: build_eagle3_draft`), which matches the bf16 `.ckpt` features it
+  reads.
 
 The one patch: the EAGLE-3 objective calls `LogSoftmaxLoss.apply(logits, target_p, position_mask)`
-(`algorithms/eagle3/model.py:38,74`), an autograd function whose forward and backward are triton
-kernels (`core/loss.py:49-228`), and `core/loss.py:10-11` imports triton at module level. Triton
-kernels need a GPU, and SpecForge has no other path. Before SpecForge is imported, the module name
-`specforge.core.loss` is bound to a module of this file's whose `LogSoftmaxLoss.apply` computes the
-same quantity in plain torch (`eagle3_kl_loss` below); `core/loss.py` itself is then never
+(`algorithms/eagle3/model.py: _compute_loss_and_acceptance_rate`, imported at module level), an
+autograd function whose forward and backward are triton kernels (`core/loss.py:
+log_softmax_forward_kernel`, `LogSoftmaxLoss`), and `core/loss.py` imports triton at module level.
+Triton kernels need a GPU, and SpecForge has no other path. Before SpecForge is imported, the module
+name `specforge.core.loss` is bound to a module of this file's whose `LogSoftmaxLoss.apply` computes
+the same quantity in plain torch (`eagle3_kl_loss` below); `core/loss.py` itself is then never
 executed, so triton need not be installed. Nothing else SpecForge runs is changed.
 
 The kernel's quantity, read from `core/loss.py`: for each of the B*T rows of `logits` [B, T, V],
-`-sum_v target[v] * log_softmax(logits)[v]` in float32 (`:75-108`), 0 for a row whose
-`position_mask` is 0 (the loss buffer starts at zero, `:177`, and the kernel returns early,
-`:68-70`; the mask is taken as a bool, `:180`), then the mean over all B*T rows (`:201`). Its
-backward (`:204-228`) is the gradient of that expression: `-(target - softmax * sum(target)) *
-grad / (B*T)` on unmasked rows, 0 on masked ones, which torch's autograd gives here. The same file's
-own "Reference implementation" `_compute_loss` (`:14-21`, what `benchmarks/benchmark_loss.py:6,52`
-compares the kernel with) computes `-sum(position_mask * target * log_softmax(logits.float()), -1)
-.mean()`; tests/examples/test_specforge_cpu.py checks `eagle3_kl_loss` and its gradient against that
-function, run from the installed wheel's source.
+`-sum_v target[v] * log_softmax(logits)[v]` in float32 (`log_softmax_forward_kernel`), 0 for a row
+whose `position_mask` is 0 (the loss buffer starts at zero in `LogSoftmaxLoss.forward`, and the
+kernel returns early; the mask is taken as a bool), then the mean over all B*T rows (the end of
+`forward`). Its backward (`LogSoftmaxLoss.backward`) is the gradient of that expression: `-(target -
+softmax * sum(target)) * grad / (B*T)` on unmasked rows, 0 on masked ones, which torch's autograd
+gives here. The same file's own "Reference implementation" `_compute_loss` (what
+`benchmarks/benchmark_loss.py: benchmark_loss_method` compares the kernel with) computes
+`-sum(position_mask * target * log_softmax(logits.float()), -1).mean()`;
+tests/examples/test_specforge_cpu.py checks `eagle3_kl_loss` and its gradient against that function,
+run from the installed wheel's source.
 
 With an accelerator (a CUDA build of torch that sees a GPU) nothing is patched: SpecForge's own
 kernel runs. SpecForge's logger prints one `step N: {metrics}` line per logged step and per
-evaluation (`training/assembly.py:282-291`, `training/controller.py:725,731-735`); the demo reads
-those lines. Nothing here is imported by eagle3_synth (the package never imports SpecForge).
+evaluation (`training/assembly.py: _logger`, `training/controller.py: TrainerController._fit`); the
+demo reads those lines. Nothing here is imported by eagle3_synth (the package never imports
+SpecForge).
 
 `draft-config` is this file's own subcommand, not SpecForge's: the draft config SpecForge itself
-derives from the target (`training/model_loading.py:211-257`, through its public
-`resolve_draft_config`, `:278-301`) with `draft_vocab_size` set to ours (the derived one is 32000,
-`algorithms/eagle3/providers.py:185`), written as JSON for `model.draft_model_config`
-(`config/schema.py:42`; read back by `training/model_loading.py:124-160`). Where the run config names
-`model.aux_hidden_state_layer_ids` (`config/schema.py:72`), the draft config carries them as
+derives from the target (`training/model_loading.py: _generate_draft_config`, through its public
+`resolve_draft_config`) with `draft_vocab_size` set to ours (the derived one is 32000,
+`algorithms/eagle3/providers.py: algorithm_providers`), written as JSON for
+`model.draft_model_config` (`config/schema.py: ModelConfig`; read back by
+`training/model_loading.py: load_draft_config_source`). Where the run config names
+`model.aux_hidden_state_layer_ids` (the same `ModelConfig`), the draft config carries them as
 `eagle_config.eagle_aux_hidden_state_layer_ids`, the key both SpecForge
-(`algorithms/model_providers.py:188-211`) and SGLang's EAGLE-3 drafter (`llama_eagle3.py:157-161`)
-read the target's layers from: the drafter SpecForge exports then names the layers it trained on,
+(`algorithms/model_providers.py: resolve_eagle_capture_layers`) and SGLang 0.5.23's EAGLE-3 drafter
+(srt/models/llama_eagle3.py `LlamaModel.__init__`) read the target's layers from: the drafter SpecForge exports then names the layers it trained on,
 and SGLang captures those, not its default.
 """
 
@@ -68,7 +75,7 @@ LOSS_MODULE = "specforge.core.loss"
 
 def eagle3_kl_loss(logits: torch.Tensor, target: torch.Tensor, position_mask: torch.Tensor) -> torch.Tensor:
     """SpecForge's EAGLE-3 KL term in plain torch: mean over the B*T rows of the masked cross-entropy
-    `-sum_v target * log_softmax(logits)` (see the module docstring for the kernel lines it follows)."""
+    `-sum_v target * log_softmax(logits)` (see the module docstring for the kernel it follows)."""
     batch, length, vocab = logits.shape
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     per_row = -(target.float() * log_probs).sum(dim=-1)  # [B, T]
@@ -77,7 +84,8 @@ def eagle3_kl_loss(logits: torch.Tensor, target: torch.Tensor, position_mask: to
 
 
 class PlainLogSoftmaxLoss:
-    """Stands in for `core/loss.py: LogSoftmaxLoss`; only its `apply` is called (`eagle3/model.py:74`)."""
+    """Stands in for `core/loss.py: LogSoftmaxLoss`; only its `apply` is called
+    (`eagle3/model.py: _compute_loss_and_acceptance_rate`)."""
 
     @staticmethod
     def apply(logits: torch.Tensor, target: torch.Tensor, position_mask: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ printed as the command it is:
    steps as the trained `ttt_length`, printed beside SpecForge's own `simulated_acc_len`.
 
 SpecForge logs a `step N: {...}` line per optimizer step and per evaluation
-(`training/assembly.py:282-291`); they are kept as JSON lines (logs/metrics.jsonl) and printed per
+(`training/assembly.py: _logger`); they are kept as JSON lines (logs/metrics.jsonl) and printed per
 epoch: the mean of the epoch's training steps (`loss`, `acc`, `acceptance_rate`) and the evaluation
 after it (`eval/avg_loss`, `eval/avg_acc`, `eval/per_position_acc`, `eval/simulated_acc_len`,
 SpecForge's own names). Reruns reuse the built dataset (builds resume) and redo the rest. Needs
@@ -48,7 +48,8 @@ from examples.train_demo import ROOT, bundled_conversations, logged, ours, serve
 
 CPU_MAIN = "examples.specforge_cpu"  # run as `python -m`, as this demo is
 MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi-4l"
-# SpecForge's EAGLE-3 drafter takes exactly three layers (modeling/draft/llama3_eagle.py:1674-1676).
+# SpecForge's EAGLE-3 drafter takes exactly three layers (modeling/draft/llama3_eagle.py
+# `LlamaForCausalLMEagle3.__init__`).
 # SGLang captures the inputs of decoder layers 0..n-1 (engines/sglang/aux_layers.py): on 4 layers,
 # the outputs of layers 0, 1, 2 are vLLM's 1, 2, 3 (what hidden-states takes) and SpecForge's and
 # SGLang's 0, 1, 2 (what the drafter's config names; SGLang's llama.py adds one).
@@ -93,31 +94,31 @@ def theirs(python: Path, argv: list[str], log: Path) -> None:
 
 def run_yaml(*, target: Path, draft: Path | None, vocab: Path, train: Path, validation: Path, epochs: int,
              lr: float, ttt_length: int, eval_interval: int, max_steps: int | None, output: Path) -> str:
-    """A run config in SpecForge 0.2.0's schema (line numbers of its config/schema.py; unknown keys
-    are refused, :33-34)."""
+    """A run config in SpecForge 0.2.0's schema (config/schema.py `Config`, its sections named as the keys;
+    unknown keys are refused, `StrictConfigModel`)."""
     lines = [
         "model:",
-        f"  target_model_path: {target}   # :38; the lm_head folder hidden-states wrote (tied embeddings)",
-        f"  aux_hidden_state_layer_ids: [{', '.join(map(str, DRAFT_LAYER_IDS))}]   # :72; the layers hidden-states "
+        f"  target_model_path: {target}   # the lm_head folder hidden-states wrote (tied embeddings)",
+        f"  aux_hidden_state_layer_ids: [{', '.join(map(str, DRAFT_LAYER_IDS))}]   # the layers hidden-states "
         f"captured (--layers {' '.join(LAYERS)}), into the draft config",
-        *([f"  draft_model_config: {draft}   # :42; draft_vocab_size ours, not the derived 32000"] if draft else []),
-        f"  vocab_mapping_path: {vocab}   # :68",
+        *([f"  draft_model_config: {draft}   # draft_vocab_size ours, not the derived 32000"] if draft else []),
+        f"  vocab_mapping_path: {vocab}",
         "data:",
-        f"  hidden_states_path: {train}   # :135; set: the run is offline (:913-914)",
-        f"  eval_hidden_states_path: {validation}   # :139; needs eval_interval (:753-759)",
-        "  dataloader_num_workers: 0   # :147; no loader processes on 2 cores",
+        f"  hidden_states_path: {train}   # set: the run is offline (`Config.mode`)",
+        f"  eval_hidden_states_path: {validation}   # needs eval_interval (`Config._validate_run_structure`)",
+        "  dataloader_num_workers: 0   # no loader processes on 2 cores",
         "training:",
-        "  strategy: eagle3   # :516",
-        f"  num_epochs: {epochs}   # :517",
-        *([f"  max_steps: {max_steps}   # :518"] if max_steps else []),
-        "  batch_size: 1   # :520",
-        "  fsdp_sharding: NO_SHARD   # :522; plain DDP, the draft on the CPU (training/backend.py:233-251)",
-        f"  learning_rate: {lr}   # :523",
-        f"  ttt_length: {ttt_length}   # :530",
-        "  attention_backend: sdpa   # :531; not the default flex_attention (torch.compile'd, modeling/draft/flex_attention.py:36)",
-        f"  eval_interval: {eval_interval}   # :568; the optimizer steps of one epoch",
-        "  log_interval: 1   # :569",
-        f"output_dir: {output}   # :691",
+        "  strategy: eagle3",
+        f"  num_epochs: {epochs}",
+        *([f"  max_steps: {max_steps}"] if max_steps else []),
+        "  batch_size: 1",
+        "  fsdp_sharding: NO_SHARD   # plain DDP, the draft on the CPU (FSDPTrainingBackend.prepare_model)",
+        f"  learning_rate: {lr}",
+        f"  ttt_length: {ttt_length}",
+        "  attention_backend: sdpa   # not the default flex_attention (torch.compile'd: WrappedFlexAttention)",
+        f"  eval_interval: {eval_interval}   # the optimizer steps of one epoch",
+        "  log_interval: 1",
+        f"output_dir: {output}",
     ]
     return "\n".join(lines) + "\n"
 
