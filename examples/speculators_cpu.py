@@ -7,26 +7,29 @@ speculators-venv`: `.venv-speculators`), exactly as the `speculators` command:
         --draft-attn-impl sdpa --loss-implementation eager --num-workers 0 --hidden-states-dtype float32
 
 Those four flags are speculators' own way off the GPU-only paths (flex attention and the fused
-triton loss, `train/config/schema.py:190,304`; worker processes; bf16 autocast). What no flag
-reaches, and is patched here (line numbers of speculators 0.9.0's wheel):
+triton loss, `train/config/schema.py: DraftArgs, LossArgs`; worker processes; bf16 autocast). What
+no flag reaches, and is patched here (as read in speculators 0.9.0's wheel):
 
-1. `train/trainer.py:221` stores `get_local_rank()` (an int, 0 when not launched by torchrun,
-   `train/distributed.py:43,142`) as the device, and moves the model and every batch with
-   `.to(self.local_rank)` (`trainer.py:348,383,533,643`). On a build with no accelerator
-   `tensor.to(0)` raises "Cannot access accelerator device when none is available". The trainer's
-   module-level name `get_local_rank` is rebound to return the CPU device: only the trainer sees it
-   (the rank used by the logger and the batch-recovery code is untouched; `train/recovery.py:223`
-   already falls back to the CPU by itself).
-2. `train/trainer.py:80,92`: the step timer calls `torch.accelerator.synchronize()` on every logged
-   step (always on the first), which raises the same error with no accelerator. With none there is
-   nothing to wait for, so the call returns at once then; with one it is the original call.
+1. `Trainer.__init__` (`train/trainer.py`) stores `get_local_rank()` (an int, 0 when not launched
+   by torchrun, `train/distributed.py: get_local_rank`, `maybe_setup_distributed`) as the device,
+   and moves the model and every batch with `.to(self.local_rank)` (`Trainer.setup_model`,
+   `_setup_model_ddp`, `train_epoch`, `val_epoch`). On a build with no accelerator `tensor.to(0)`
+   raises "Cannot access accelerator device when none is available". The trainer's module-level
+   name `get_local_rank` is rebound to return the CPU device: only the trainer sees it (the rank
+   used by the logger and the batch-recovery code is untouched; `train/recovery.py:
+   BatchRecoveryCoordinator._default_device` falls back to the CPU by itself).
+2. `train/trainer.py: _StepTimer.mark, _StepTimer.now`: the step timer calls
+   `torch.accelerator.synchronize()` on every logged step (always on the first), which raises the
+   same error with no accelerator. With none there is nothing to wait for, so the call returns at
+   once then; with one it is the original call.
 
-The trainer's autocast uses device type "cuda" when there is no accelerator (`trainer.py:228`);
+The trainer's autocast uses device type "cuda" when there is no accelerator (`Trainer.__init__`);
 torch disables it with a warning, which with `--hidden-states-dtype float32` changes nothing.
 With SPECULATORS_METRICS_JSONL=FILE set, each metrics record the trainer logs (the dicts it gives
-its `speculators.metrics` logger, `trainer.py:42,587,671`) is also appended to FILE as one JSON
-line: a reader of the accuracies that does not parse the console. That is a logging handler, not
-a patch. Nothing here is imported by eagle3_synth (the package never imports speculators).
+its `speculators.metrics` logger, `metric_logger` in `train/trainer.py`, from `train_epoch` and
+`val_epoch`) is also appended to FILE as one JSON line: a reader of the accuracies that does not
+parse the console. That is a logging handler, not a patch.
+Nothing here is imported by eagle3_synth (the package never imports speculators).
 """
 
 from __future__ import annotations
@@ -91,9 +94,9 @@ def tap_metrics(path: str) -> None:
     """Put the JSON-lines handler on the root logger, before speculators' console handler.
 
     Not on `speculators.metrics` itself: `setup_metric_logger` re-creates that logger's handlers
-    with `dictConfig` (`train/logger.py:642-722`). Before the console handler, because that one's
-    `FormatDictFilter` turns the dict into a string in place (`logger.py:250-256`). Installing the
-    console handler first with speculators' own `setup_root_logger` (`logger.py:624`) leaves the
+    with `dictConfig` (`train/logger.py: setup_metric_logger`). Before the console handler, because that one's
+    `FormatDictFilter` turns the dict into a string in place (`FormatDictFilter.filter`). Installing the
+    console handler first with speculators' own `setup_root_logger` leaves the
     trainer's later call a no-op (`logging.basicConfig` does nothing once the root has handlers).
     """
     from speculators.train.logger import setup_root_logger
