@@ -40,7 +40,7 @@ KINDS: dict[str, tuple[Callable[[random.Random], Example], ...]] = {
     "B3_ultrachat": (general_chat,),
     "B5_openthoughts": (math_question,),
 }
-TRAIN_DATA_RATIO = 0.9  # speculators' default (train/config/schema.py:213), said explicitly
+TRAIN_DATA_RATIO = 0.9  # speculators 0.9.0's default (train/config/schema.py `DataArgs`), said explicitly
 
 
 def prompt_records(config: str, seed: int, count: int) -> list[dict[str, Any]]:

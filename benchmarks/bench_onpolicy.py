@@ -23,13 +23,14 @@ prompt, up to and including the end-of-turn token), so `--turns all` prompts car
 history and every id, mask and state comes from the package's own path. Tokenizing the answer text
 is inherent to off-policy data; it happens here only, never in the package.
 
-Evaluation (speculators' own metric, `full_acc_k`, trainer.py:623-672): each condition's prepared
-training rows are followed by the held-out rows in one folder and `--train-data-ratio` is set so
-that speculators' own split (`train/data.py:172-182`: rows `[int(n * ratio), n)` are validation)
-is exactly the held-out rows; the validation set keeps one packing for every seed
-(`train/dataloader.py:122-124`). (a) on its own held-out rows: its last checkpoint is loaded with
-`--from-pretrained` (schema.py:75) and run for one step at `--lr 0` (AdamW changes nothing) before
-the same validation pass. Expected acceptance length of a K-step chain drafter:
+Evaluation (speculators 0.9.0's own metric, `full_acc_k`, train/trainer.py `Trainer.val_epoch`):
+each condition's prepared training rows are followed by the held-out rows in one folder and
+`--train-data-ratio` is set so that speculators' own split (`train/data.py: ArrowDataset.__init__`:
+rows `[int(n * ratio), n)` are validation) is exactly the held-out rows; the validation set keeps
+one packing for every seed (`train/dataloader.py: create_train_val_loaders`). (a) on its own
+held-out rows: its last checkpoint is loaded with `--from-pretrained` (train/config/schema.py
+`DraftArgs`) and run for one step at `--lr 0` (AdamW changes nothing) before the same validation
+pass. Expected acceptance length of a K-step chain drafter:
 tau = 1 + sum_k full_acc_k (the accepted draft tokens, plus the target's bonus token).
 
 Served (`eagle3-synth evaluate`, the SGLang venv's interpreter, `--sglang-python`): every drafter
@@ -172,9 +173,10 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def merged(first: Path, held_out: Path, out: Path) -> tuple[int, float]:
-    """One prepared folder: `first`'s rows, then `held_out`'s, with their hidden-states files
-    (hard links, renumbered); returns the held-out row count and the `--train-data-ratio` whose
-    split (`int(n * ratio)`, train/data.py:172) starts exactly at the held-out rows."""
+    """One prepared folder: `first`'s rows, then `held_out`'s, with their hidden-states files (hard
+    links, renumbered); returns the held-out row count and the `--train-data-ratio` whose split
+    (`int(n * ratio)`, train/data.py `ArrowDataset.__init__`) starts exactly at the held-out
+    rows."""
     from datasets import concatenate_datasets, load_from_disk
 
     shutil.rmtree(out, ignore_errors=True)
@@ -232,8 +234,9 @@ def check_offpolicy_rows(ds: Path, conversations: list[dict[str, Any]], tokenize
 
 def float32_copy(checkpoint: Path, out: Path) -> Path:
     """The checkpoint with its floating weights in float32: the trainer saves bfloat16
-    (checkpointer.py:122) and, on the CPU with float32 hidden states, runs without autocast, so a
-    bfloat16 layer would meet float32 inputs. bfloat16 -> float32 is exact."""
+    (train/checkpointer.py `BaseCheckpointer.save_checkpoint`) and, on the CPU with float32 hidden
+    states, runs without autocast, so a bfloat16 layer would meet float32 inputs. bfloat16 ->
+    float32 is exact."""
     from safetensors.torch import load_file, save_file
 
     shutil.rmtree(out, ignore_errors=True)
