@@ -47,7 +47,7 @@ def sglang_cpu_variable_kept():
 
 # SGLang's CPU kernels create one shared-memory segment per engine on an AMX CPU (sglang-kernel's
 # csrc/cpu/shm.cpp:157-176, `deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`, up to 258 MiB,
-# started by srt/distributed/bootstrap.py:277-296) and never unlink it: every engine a test starts
+# started by srt/distributed/bootstrap.py `_init_cpu_threads_env`) and never unlink it: every engine a test starts
 # would stay in /dev/shm, in memory, until the machine filled (seen: 19 GB after a suite and two
 # benchmarks, and a real server too slow to start). `SGLangEngine.close()` and `RealServer.stop()`
 # remove the ones their processes mapped (engines/sglang/processes.py); each test also removes what

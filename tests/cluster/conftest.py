@@ -36,7 +36,7 @@ def slurm(tmp_path_factory):
 def ray_cluster():
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'eagle3-synth[ray]'; .ci/run does)")
     # Ray 2.60 turns token auth on for a new local cluster unless this is set
-    # (ray/_private/authentication/authentication_token_setup.py:109-118).
+    # (ray/_private/authentication/authentication_token_setup.py enable_token_auth_by_default).
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # stay on loopback
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes

@@ -34,7 +34,8 @@ def executor_options(executor: str) -> list[str]:
                 "--venv", str(Path(sys.prefix) / "bin" / "activate"), "--poll-seconds", "0.5", *small]
     if executor == "ray":
         return ["--executor", "ray", *small[:4], "--mem-per-cpu-gb", "0.25"]
-    # One at a time: the local executor stops at the first rank that raises (local.py:128-130), so
+    # One at a time: the local executor stops at the first rank that raises (datatrove 0.10.1
+    # `LocalPipelineExecutor.run`), so
     # which shards a failure leaves unrun is then the same on every machine.
     return ["--executor", "local", "--workers", "1"]
 
@@ -103,7 +104,7 @@ def test_failed_shards_are_named_and_the_same_launch_runs_only_them(tmp_path, un
     code, printed = launch(generation, run_dir, executor, capsys, "--wait", "--out", str(tmp_path / "sharded"))
     assert code == 1, printed
     log = run_dir / "launch" / "tasks-4" / "logs" / "task_00000.log"
-    # datatrove's local executor stops at the first rank that raised (local.py:128-130): shard 0
+    # datatrove's local executor stops at the first rank that raised (`LocalPipelineExecutor.run`): shard 0
     # fails, shards 1-3 never start, and launch says so; Slurm and Ray run every shard.
     local = executor == "local"
     failed = "shard 0 of 4 failed" if local else "shards 0, 1 of 4 failed"

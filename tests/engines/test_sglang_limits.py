@@ -43,7 +43,7 @@ def test_allow_auto_truncate_is_refused_for_both_engines():
 
 def test_the_engine_gets_copies_that_sglang_may_cut_in_place():
     """The fake truncates the list it is given in place under allow_auto_truncate (as
-    tokenizer_manager.py:1337-1366 does): our prompt and sampling dict stay whole."""
+    sglang 0.5.23 `TokenizerManager._validate_one_request` does): our prompt and sampling dict stay whole."""
     fields = FIELD_NAMES | {"allow_auto_truncate"}
     cls = FakeEngine.configure(lambda ids, sampling: stop_reply(ids), fields, context_len=6)
     fake = cls(model_path="/models/fake", skip_tokenizer_init=True, allow_auto_truncate=True)
@@ -108,7 +108,8 @@ def test_nan_stops_over_http_are_errors_and_the_rest_are_rows(serve):
 
 
 def test_a_length_shorter_than_max_new_tokens_is_a_valid_row(serve):
-    """The scheduler lowers max_new_tokens to max_req_len - n - 1 (scheduler.py:2709-2716)."""
+    """The scheduler lowers max_new_tokens to max_req_len - n - 1 (sglang 0.5.23
+    `Scheduler.init_req_max_new_tokens`)."""
     server = SGLangLoopbackServer(DeterministicBackend(min_len=50, max_len=50), context_length=40)
     engine = http_engine(serve(server).url)
     params = SamplingParams(max_new_tokens=30, temperature=0.0, stop_token_ids=STOP)

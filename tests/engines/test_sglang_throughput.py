@@ -69,7 +69,7 @@ def test_priority_turns_left_reaches_the_engine_and_needs_priority_scheduling(la
 
 
 def test_http_priority_says_what_each_server_does_with_it(serve, caplog):  # noqa: F811
-    """sglang 0.5.23 scheduler.py:3520-3543: without priority scheduling a request's priority is
+    """sglang 0.5.23 `Scheduler._set_or_validate_priority`: without priority scheduling a request's priority is
     ignored (a warning says --priority changes nothing there), unless the server aborts such
     requests (refused before any is sent); a server that runs low values first gets them negated."""
     plain = SGLangLoopbackServer(DeterministicBackend())

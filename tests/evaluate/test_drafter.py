@@ -116,13 +116,13 @@ def test_a_speculators_drafter_in_sglang_layout(tmp_path):
 
 
 @pytest.mark.parametrize("architecture, n, named, captured", [
-    ("LlamaForCausalLM", 32, None, [2, 16, 29]),          # llama.py:933-936: the default, as it is
-    ("LlamaForCausalLM", 32, [1, 15, 28], [2, 16, 29]),   # llama.py:937-941: + 1
-    ("Qwen3ForCausalLM", 36, [1, 17, 32], [2, 18, 33]),   # qwen3.py:790-791
-    ("DeepseekV3ForCausalLM", 61, [1, 29, 57], [2, 30, 58]),  # deepseek_v2.py:3470-3471: + 1 when the first is 1
-    ("DeepseekV3ForCausalLM", 61, [2, 30, 58], [2, 30, 58]),  # deepseek_v2.py:3472-3473: else as they are
-    ("GptOssForCausalLM", 24, [1, 11, 24], [1, 11, 24]),  # gpt_oss.py:1349-1350: as they are when the last is n
-    ("GptOssForCausalLM", 24, [1, 11, 20], [2, 12, 21]),  # gpt_oss.py:1351-1352
+    ("LlamaForCausalLM", 32, None, [2, 16, 29]),          # llama.py set_eagle3_layers_to_capture: the default, as it is
+    ("LlamaForCausalLM", 32, [1, 15, 28], [2, 16, 29]),   # llama.py (the same): + 1
+    ("Qwen3ForCausalLM", 36, [1, 17, 32], [2, 18, 33]),   # qwen3.py set_eagle3_layers_to_capture
+    ("DeepseekV3ForCausalLM", 61, [1, 29, 57], [2, 30, 58]),  # deepseek_v2.py: + 1 when the first is 1
+    ("DeepseekV3ForCausalLM", 61, [2, 30, 58], [2, 30, 58]),  # deepseek_v2.py: else as they are
+    ("GptOssForCausalLM", 24, [1, 11, 24], [1, 11, 24]),  # gpt_oss.py: as they are when the last is n
+    ("GptOssForCausalLM", 24, [1, 11, 20], [2, 12, 21]),  # gpt_oss.py: else + 1
 ])
 def test_sglang_layer_numbering_per_family(architecture, n, named, captured):
     assert captured_layers(architecture, n, named) == captured

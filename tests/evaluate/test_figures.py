@@ -10,7 +10,8 @@ from eagle3_synth.evaluate.figures import Served, acceptance, greedy_check
 
 
 def test_counts_read_from_meta_info_as_sglang_writes_them():
-    # The keys tokenizer_manager.py:3150-3201 sets (a real 0.5.23 response's meta_info, other keys dropped).
+    # The keys sglang 0.5.23 `TokenizerManager._calculate_spec_decoding_metrics` sets (a real 0.5.23
+    # response's meta_info, other keys dropped).
     meta = {"spec_accept_rate": 0.25, "spec_accept_length": 1.8, "spec_num_correct_drafts": 6,
             "spec_num_proposed_drafts": 24, "spec_verify_ct": 8, "spec_correct_drafts_histogram": [4, 2, 1, 0]}
     assert speculative_counts(meta) == SpeculativeCounts(8, 6, 24, (4, 2, 1, 0), 1.8)

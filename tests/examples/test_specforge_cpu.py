@@ -2,7 +2,7 @@
 
 SpecForge's training calls a triton kernel for the EAGLE-3 KL term (`core/loss.py: LogSoftmaxLoss`);
 on a CPU examples/specforge_cpu.py stands in for it. Here both that stand-in and the "Reference
-implementation" `_compute_loss` of the installed SpecForge (`core/loss.py:14-21`, run from its own
+implementation" `_compute_loss` of the installed SpecForge (`core/loss.py`, run from its own
 source) get the same random inputs, in SpecForge's venv (tests/support/trainer_readers/
 read_specforge_loss.py); values and gradients must agree. Skips without the venv, except where
 EAGLE3_SYNTH_REQUIRE_SPECFORGE=1 (CI).

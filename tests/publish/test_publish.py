@@ -59,7 +59,7 @@ def hub():
         # conftest makes tests offline; this module talks to its own loopback server only.
         patch.setattr(constants, "HF_HUB_OFFLINE", False)
         # The server speaks LFS only; with hf_xet installed the client uploads over Xet unless this is set
-        # (huggingface_hub 2.4.0 _commit_api.py:396, utils/_runtime.py:157-162).
+        # (huggingface_hub 2.5.0 _commit_api.py `_upload_files`, utils/_runtime.py `is_xet_available`).
         patch.setattr(constants, "HF_HUB_DISABLE_XET", True)
         with HubServer(token=TOKEN) as server:
             yield server

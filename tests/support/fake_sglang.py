@@ -5,20 +5,21 @@ ServerArgs from the keywords, :278-300, and registers `shutdown` with atexit, :3
 :545; `shutdown`, :1450-1491):
 - `Engine(**kwargs)`: an unknown keyword is `TypeError("Unexpected keyword argument 'x'")`, a
   missing `model_path` `TypeError("Missing required argument 'model_path'")`;
-- `async_generate` with the real parameter list; a flat `input_ids` list is one request and returns
-  one result dict (sglang_results.py shapes); an unknown sampling key is a `TypeError`; a duplicate
-  in-flight `rid` a `ValueError` (srt/managers/tokenizer_manager.py:3836); stop strings with
-  `skip_tokenizer_init` a `ValueError` (srt/sampling/sampling_params.py:453-468);
+- `async_generate` with the real parameter list; a flat `input_ids` list is one request and returns one
+  result dict (sglang_results.py shapes); an unknown sampling key is a `TypeError`; a duplicate
+  in-flight `rid` a `ValueError` (srt/managers/tokenizer_manager.py `TokenizerManager._init_req_state`);
+  stop strings with `skip_tokenizer_init` a `ValueError` (srt/sampling/sampling_params.py
+  `raise_if_tokenizer_required`);
 - request handling is bound to the loop running when the first request arrives (the real tokenizer
   manager's `auto_create_handle_loop`), which also installs SIGTERM/SIGQUIT handlers on it: using
   another loop later fails here (the real engine would hang);
 - `__init__` starts a worker process and registers `shutdown` with `atexit`; `shutdown()` ends in
   `kill_process_tree(os.getpid(), include_parent=False)`, which kills *every* child of the caller;
 - the tokenizer manager's length checks on the caller's own objects (sglang 0.5.23
-  srt/managers/tokenizer_manager.py:1333-1378): without `allow_auto_truncate` a prompt of n ids is
-  a ValueError when n >= context_len or n + max_new_tokens > context_len; with it, the caller's
-  `input_ids` list is cut in place (`del input_ids[context_len:]`) and the caller's
-  `sampling_params["max_new_tokens"]` lowered to fit;
+  srt/managers/tokenizer_manager.py `TokenizerManager._validate_one_request`): without
+  `allow_auto_truncate` a prompt of n ids is a ValueError when n >= context_len or n + max_new_tokens >
+  context_len; with it, the caller's `input_ids` list is cut in place (`del input_ids[context_len:]`)
+  and the caller's `sampling_params["max_new_tokens"]` lowered to fit;
 - `get_server_info()` with `internal_states[0]["effective_max_running_requests_per_dp"]`, read
   through the tokenizer manager on `self.loop` (binding it, as the real call does),
   `get_all_child_pids()`, `loop`.
@@ -109,7 +110,7 @@ class HTTPException(Exception):
 
 
 class LoadSnapshot:
-    """One DP rank's load, as `get_loads()` returns it (srt/managers/load_snapshot.py:196-251: a
+    """One DP rank's load, as `get_loads()` returns it (srt/managers/load_snapshot.py `LoadSnapshot`, `to_dict`: a
     msgspec struct whose `to_dict` gives the flat "core" fields)."""
 
     def __init__(self, **fields: Any):
@@ -149,7 +150,7 @@ class FakeTokenizerManager:
         self.gracefully_exit = True
 
     async def get_loads(self, include: Any = None, dp_rank: Any = None) -> List[LoadSnapshot]:
-        """One snapshot per DP rank (tokenizer_control_mixin.py:1001-1029): the requests inside
+        """One snapshot per DP rank (tokenizer_control_mixin.py `TokenizerControlMixin.get_loads`): the requests inside
         async_generate, `capacity` of them running per rank, the rest waiting."""
         self.auto_create_handle_loop()
         self.load_reads += 1
@@ -199,7 +200,8 @@ class Engine:
 
     @property
     def ranks(self) -> int:
-        """DP ranks: `dp_size` replicas x `attn_dp_size` attention-DP workers (after parallel_hook.py:44-56)."""
+        """DP ranks: `dp_size` replicas x `attn_dp_size` attention-DP workers (after parallel_hook.py
+        `handle_deprecated_dp_attention`)."""
         return int(self.server_args.get("dp_size") or 1) * int(self.server_args.get("attn_dp_size") or 1)
 
     def get_all_child_pids(self) -> List[int]:
@@ -209,12 +211,13 @@ class Engine:
         """As the real one: runs the tokenizer manager's get_internal_state on self.loop (which binds it)."""
         async def get_internal_state() -> List[Dict[str, Any]]:
             self.tokenizer_manager.auto_create_handle_loop()
-            # One state per DP scheduler, each with its own running-request capacity (internal_state.py:73).
+            # One state per DP scheduler, each with its own running-request capacity (internal_state.py
+            # `SchedulerInternalStateController._add_topology`).
             return [{"effective_max_running_requests_per_dp": self.capacity} for _ in range(self.ranks)]
 
         # context_length is the server argument (None unless given; the model's is
         # tokenizer_manager.model_config.context_len, seen on the real 0.5.23);
-        # max_req_input_len = min(ctx-1, kv-1) - 5 (tp_worker.py:568-572)
+        # max_req_input_len = min(ctx-1, kv-1) - 5 (tp_worker.py `TpModelWorker.get_worker_info`)
         return {"context_length": None, "dp_size": 1, "attn_dp_size": 1, **self.server_args,
                 "version": "0.5.23",
                 "max_req_input_len": self.context_len - 1 - 5,
@@ -278,8 +281,8 @@ class Engine:
         self._live_rids.add(rid)
         if (priority is not None and not self.server_args.get("enable_priority_scheduling")
                 and self.server_args.get("abort_on_priority_when_disabled")):
-            # srt/managers/scheduler.py:3520-3543: without priority scheduling a priority is ignored,
-            # unless abort_on_priority_when_disabled, which aborts the request with 503
+            # srt/managers/scheduler.py `Scheduler._set_or_validate_priority`: without priority scheduling a
+            # priority is ignored, unless abort_on_priority_when_disabled, which aborts the request with 503
             raise HTTPException(503, "Using priority is disabled for this server. Please send a new request without "
                                      "a priority.")
         self.calls.append({"input_ids": list(input_ids), "sampling_params": sampling, "rid": rid, "stream": stream,
@@ -304,7 +307,7 @@ class Engine:
             self._live_rids.discard(rid)
 
     def _check_lengths(self, input_ids: List[int], sampling_params: Optional[Dict]) -> None:
-        """tokenizer_manager.py:1333-1378, on the caller's own list and dict (as the real one)."""
+        """`TokenizerManager._validate_one_request`, on the caller's own list and dict (as the real one)."""
         truncate = bool(self.server_args.get("allow_auto_truncate"))
         n = len(input_ids)
         if n >= self.context_len:

@@ -64,7 +64,7 @@ def prepare_like_speculators(root: Path, dest: Path, extra: list[dict] | None = 
     """What `speculators prepare-data` saves from speculator-format rows: shuffled (seed 0) before and
     after the pass-through map, `seq_len` added, torch format, `save_to_disk`
     (data_generation/preprocessing.py: load_and_preprocess_dataset, _passthrough_pretokenized;
-    cli/prepare_data.py:243)."""
+    cli/prepare_data.py: prepare_data)."""
     from datasets import Dataset
 
     rows = [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in records(root)] + (extra or [])
@@ -209,7 +209,8 @@ def test_specforge_own_reader_loads_every_file(specforge_python, built, tmp_path
     code, printed = run_cli(["hidden-states", str(built / "ds"), CONFIG, "--format", "specforge", "--out", str(out),
                              "--layers", "0", "1", "2"], capsys)
     assert code == 0
-    # The next command it prints gives SpecForge only keys its config has (no `mode`: config/schema.py:959).
+    # The next command it prints gives SpecForge only keys its config has (no `mode`: SpecForge 0.2.0
+    # config/schema.py `apply_overrides`).
     assert f"train: specforge train --config run.yaml data.hidden_states_path={out} model.target_model_path={out / 'target_model'}" \
         in printed
     samples = read_with(specforge_python, "specforge", str(out))

@@ -32,11 +32,11 @@ def item(tokens: int) -> Item:
 
 
 @pytest.mark.parametrize("architecture,named", [
-    ("LlamaForCausalLM", [1, 3, 4]),  # llama.py:929-941: k + 1
+    ("LlamaForCausalLM", [1, 3, 4]),  # llama.py set_eagle3_layers_to_capture: k + 1
     ("Qwen3ForCausalLM", [1, 3, 4]),
-    ("DeepseekV3ForCausalLM", [1, 3, 4]),  # deepseek_v2.py:3458-3473: k + 1 as the first id is 1
+    ("DeepseekV3ForCausalLM", [1, 3, 4]),  # deepseek_v2.py: k + 1 as the first id is 1
     ("KimiK25ForConditionalGeneration", [1, 3, 4]),
-    ("GptOssForCausalLM", [1, 3, 4]),  # gpt_oss.py:1337-1352: k + 1 unless the largest is n
+    ("GptOssForCausalLM", [1, 3, 4]),  # gpt_oss.py: k + 1 unless the largest is n
 ])
 def test_each_family_is_asked_for_the_vllm_layers_in_its_own_numbering(architecture, named):
     plan = plan_capture([2, 4, 5], config(architecture))

@@ -4,7 +4,7 @@ Usage (in .venv-specforge): python read_specforge.py CKPT_DIR
 `OfflineManifestReader` lists the files (specforge/runtime/data_plane/offline_reader.py; with
 `validate_files=True` it opens each and checks the four keys are tensors), `LocalFeatureStore.get`
 loads a `file://` ref's features (runtime/data_plane/feature_store.py: get, _get_from_file), and
-`normalize_offline_sample` maps them to the EAGLE-3 training tensors (algorithms/eagle3/data.py:10;
+`normalize_offline_sample` maps them to the EAGLE-3 training tensors (algorithms/eagle3/data.py;
 `build_offline_normalizer` returns exactly it without sequence parallelism). None of these modules
 imports sglang, triton or transformers: the reader's chain is torch and the standard library.
 """
