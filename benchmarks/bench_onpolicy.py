@@ -1,4 +1,4 @@
-"""Issue 21 point 4: does on-policy data train a better drafter than the dataset's own answers?
+"""Does on-policy data train a better drafter than the dataset's own answers?
 
 The same tiny EAGLE-3 drafter (speculators 0.9.0's own training loop on the CPU, the path of
 `make train-demo`, examples/train_demo.py) is trained on three datasets built from the same source

@@ -20,7 +20,7 @@ before drain < 2%.
     python -m benchmarks.bench_scheduling                 # 8,192 prompts, 256 slots, 1 ms/token
     python -m benchmarks.bench_scheduling --prompts 2048 --chunk 512   # quicker
 
-Dependent turns (issue 13), `--conversations N`: instead of the table above, N conversations of
+Dependent turns, `--conversations N`: instead of the table above, N conversations of
 1-6 turns (`--turns uniform`: each count equally likely, mean 3.5 -- the default, the harder case;
 `--turns skewed`: P(t) proportional to 0.6^(t-1), mean 2.2, more one- and two-turn conversations
 as in chat sources -- an assumption, not measured on one). Turn t+1's prompt is turn t's prompt +
@@ -101,7 +101,7 @@ def stats(url: str) -> dict:
         return json.loads(response.read())
 
 
-# -- dependent turns (issue 13) -------------------------------------------------------------------
+# -- dependent turns ------------------------------------------------------------------------------
 MAX_TURNS = 6
 TURN_WEIGHTS = {"uniform": [1.0] * MAX_TURNS, "skewed": [0.6 ** t for t in range(MAX_TURNS)]}
 

@@ -1,4 +1,4 @@
-"""benchmarks/bench_onpolicy.py's own logic (issue 21 point 4), on the tiny model, without speculators:
+"""benchmarks/bench_onpolicy.py's own logic (on-policy against off-policy data), on the tiny model, without speculators:
 the off-policy rows (replayed through a real build) against the template's rendering, the budget
 cut, and the acceptance-length formula."""
 

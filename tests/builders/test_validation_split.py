@@ -31,7 +31,7 @@ def by_conversation(rows: list[dict]) -> dict[int, list[dict]]:
 
 
 def test_whole_conversations_go_to_validation_and_load_by_split_name(tmp_path):
-    plain = tmp_path / "plain"  # no --validation: train alone, as before the option existed
+    plain = tmp_path / "plain"  # no --validation: train alone
     assert main([*ARGV, "--out", str(plain)]) == 0
     assert "validation" not in RunDirectory(plain / ".runs" / CONFIG).read_run_file()["fields"]
     assert not list((plain / CONFIG).glob("validation-*"))

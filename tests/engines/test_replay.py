@@ -196,7 +196,7 @@ def test_a_missing_replay_file_is_named(tmp_path):
     assert str(error.value).startswith(f"--replay {tmp_path / 'nothing.jsonl'}: no such file")
 
 
-# -- the file parsed once (issue 26): the check keeps what it parsed, playback reads it back ------------
+# -- the file parsed once: the check keeps what it parsed, playback reads it back -----------------------
 
 GOOD = [record(0, [5, 6, STOP[1]], "length"), record(1, [1000, STOP[0]]), "", record(3, [1000, 1001]),
         record(2, [], "abort", error="server said no"), record(4, [2047, 0] * 4, "length")]

@@ -150,7 +150,7 @@ def test_the_model_folders_own_tokenizer_given_again_is_accepted(tmp_path, kimi_
 
 
 def test_a_replay_build_parses_each_record_once(tmp_path, kimi_tokenizer, capsys, monkeypatch):
-    """Checked before the run and played after it, each line of the file is parsed once (issue 26):
+    """Checked before the run and played after it, each line of the file is parsed once:
     playback reads back what the check kept, and the run frees it at the end."""
     from eagle3_synth.engines import replay as replay_module
 

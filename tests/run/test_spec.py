@@ -116,7 +116,7 @@ def test_every_spec_field_reaches_the_fingerprint(files):
 
 
 def test_validation_enters_the_fingerprint_only_when_given(files):
-    """A run without --validation keeps the fingerprint it had before the option existed (no
+    """A run without --validation has the fingerprint of settings that never name it (no
     field); a count and a fraction are told apart."""
     spec = bases(files)["file"]
     assert "validation" not in spec_fields(spec)
