@@ -48,8 +48,8 @@ MODEL = ROOT / "tests" / "fixtures" / "models" / "tiny-kimi"
 CPU_MAIN = "examples.speculators_cpu"  # run as `python -m`, as this demo is
 LAYERS = ("0", "1")
 # speculators' own flags off its GPU-only paths (train/config/schema.py, 0.9.0): sdpa instead of
-# flex attention (:190), the eager loss instead of the fused triton one (:304), no worker
-# processes (:224), float32 hidden states (:218, no bf16 autocast on the CPU).
+# flex attention (`DraftArgs`), the eager loss instead of the fused triton one (`LossArgs`), no
+# worker processes and float32 hidden states (`DataArgs`; no bf16 autocast on the CPU).
 CPU_FLAGS = ("--draft-attn-impl", "sdpa", "--loss-implementation", "eager", "--num-workers", "0",
              "--hidden-states-dtype", "float32")
 

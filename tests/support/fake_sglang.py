@@ -1,8 +1,8 @@
 """A stand-in for `sglang.Engine` 0.5.23 (which needs a GPU), with its real surface and habits.
 
-What it copies from the real class (sglang 0.5.23's srt/entrypoints/engine.py: `__init__` builds its
-ServerArgs from the keywords, :278-300, and registers `shutdown` with atexit, :326; `async_generate`,
-:545; `shutdown`, :1450-1491):
+What it copies from the real class (sglang 0.5.23's srt/entrypoints/engine.py: `Engine.__init__` builds
+its ServerArgs from the keywords and registers `shutdown` with atexit; `Engine.async_generate`;
+`Engine.shutdown`):
 - `Engine(**kwargs)`: an unknown keyword is `TypeError("Unexpected keyword argument 'x'")`, a
   missing `model_path` `TypeError("Missing required argument 'model_path'")`;
 - `async_generate` with the real parameter list; a flat `input_ids` list is one request and returns one

@@ -2,7 +2,7 @@
 
 Usage (in .venv-specforge): python read_specforge_loss.py SEED
 SpecForge's `core/loss.py` keeps, beside its triton kernels, a "Reference implementation"
-`_compute_loss(logits, target_p, position_mask)` (`:14-21`). That module imports triton at the top
+`_compute_loss(logits, target_p, position_mask)`. That module imports triton at the top
 and wraps the function in `torch.compile`, so the function's own source is taken from the installed
 file (located without importing it), its decorator dropped, and it is run in plain torch. Both losses
 get the same random logits (float32 and bf16), target distributions and 0/1 position masks (rows
