@@ -61,8 +61,7 @@ from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 256
-# `Authorization: Bearer KEY` for a server with --api-key (sglang 0.5.23 srt/utils/auth.py
-# `add_api_key_middleware`); never on a command line.
+# `Authorization: Bearer KEY` for a server with --api-key (sglang 0.5.23 auth.py add_api_key_middleware); not in argv.
 API_KEY_VARIABLE = "EAGLE3_SYNTH_SGLANG_API_KEY"
 CONNECT_TIMEOUT_S = 30.0
 HEALTH_TIMEOUT_S = 600.0  # how long to wait for a starting server's /health to answer 200
@@ -160,8 +159,7 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
     @staticmethod
     async def _read_stream(url: str, response: Any) -> dict[str, Any]:
         """SGLang's SSE: `data: <json>\\n\\n` per chunk, then `data: [DONE]\\n\\n`; an error is a
-        `data: {"error": {...}}` chunk before [DONE] (sglang 0.5.23 srt/entrypoints/http_server.py
-        `serve_generate_request`)."""
+        `data: {"error": {...}}` chunk before [DONE] (sglang 0.5.23 `serve_generate_request`)."""
         buffer = b""
         output: list[int] = []
         last: dict[str, Any] | None = None

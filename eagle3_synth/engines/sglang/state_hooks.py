@@ -130,14 +130,15 @@ def _attention_tp_rank() -> int:
     except Exception:  # noqa: BLE001 - no parallel context (one rank)
         return 0
 
- Where a model keeps its final norm and logits processor: the text model's own names (`model.norm`,
-# `logits_processor`: sglang 0.5.23 srt/models/ llama.py, qwen3.py, deepseek_v2.py, gpt_oss.py, in each
+
+# Where a model keeps its final norm and logits processor: the text model's own names (`model.norm`,
+# `logits_processor`: sglang 0.5.23 srt/models/llama.py, qwen3.py, deepseek_v2.py, gpt_oss.py, in each
 # `...Model.__init__` and `...ForCausalLM.__init__`; each ends its stack in `residual_batch.final_norm`,
 # e.g. deepseek_v2.py `DeepseekV2Model.forward`) and under `language_model.` for the multimodal wrappers
 # that hand the text to it (Kimi-K2.5: kimi_k25.py `KimiK25ForConditionalGeneration.__init__`, a
-# DeepseekV3ForCausalLM). A stack that ends in a fused MoE handoff (`residual/batch.py` `final_norm`, its
-# `finalize_norm` branch) does not call the norm module: no pre-norm state
-# is kept, no file written, and the caller names the row.
+# DeepseekV3ForCausalLM). A stack that ends in a fused MoE handoff (`residual/batch.py` `final_norm`,
+# its `finalize_norm` branch) does not call the norm module: no pre-norm state is kept, no file
+# written, and the caller names the row.
 NORM_MODULES = ["model.norm", "language_model.model.norm"]
 LOGITS_MODULES = ["logits_processor", "language_model.logits_processor"]
 
