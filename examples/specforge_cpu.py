@@ -57,8 +57,8 @@ derives from the target (`training/model_loading.py: _generate_draft_config`, th
 `model.aux_hidden_state_layer_ids` (the same `ModelConfig`), the draft config carries them as
 `eagle_config.eagle_aux_hidden_state_layer_ids`, the key both SpecForge
 (`algorithms/model_providers.py: resolve_eagle_capture_layers`) and SGLang 0.5.23's EAGLE-3 drafter
-(srt/models/llama_eagle3.py `LlamaModel.__init__`) read the target's layers from: the drafter SpecForge exports then names the layers it trained on,
-and SGLang captures those, not its default.
+(srt/models/llama_eagle3.py `LlamaModel.__init__`) read the target's layers from: the drafter
+SpecForge exports then names the layers it trained on, and SGLang captures those, not its default.
 """
 
 from __future__ import annotations

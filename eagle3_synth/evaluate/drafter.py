@@ -9,9 +9,10 @@ Two layouts are read:
   config has no `model_type`), so `sglang_config` rewrites the config for SGLang and `write_sglang`
   puts it beside links to the same weights, whose names SGLang reads as they are.
 
-SGLang skips a weight whose name it does not know without a word (llama_eagle3.py `LlamaForCausalLMEagle3.load_weights`) and
-serves a drafter with that part random, and a drafter that does not fit its target fails in the
-scheduler after minutes of loading; `fit_problems` finds both before the engine starts.
+SGLang skips a weight whose name it does not know without a word (llama_eagle3.py
+`LlamaForCausalLMEagle3.load_weights`) and serves a drafter with that part random, and a drafter
+that does not fit its target fails in the scheduler after minutes of loading; `fit_problems` finds
+both before the engine starts.
 """
 
 from __future__ import annotations
