@@ -161,7 +161,7 @@ def test_engine_args_that_change_what_the_model_computes_are_fingerprinted_and_t
 
 def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
     """`--dtype` names the dtype every engine runs the model in. The checkpoint's own dtype (the
-    default) enters no field, so a run started before `--dtype` existed resumes; a cast does,
+    default) enters no field, so naming it is the same run as not naming it; a cast does,
     and each cast is another run. `--engine-arg dtype` is refused for `--dtype`, and `auto` is
     no dtype at all (SGLang's auto runs a float32 checkpoint in float16)."""
     from eagle3_synth.engines.dtypes import checkpoint_dtype
