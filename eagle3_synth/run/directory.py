@@ -50,7 +50,7 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.contract.profiles import MarkerIds
 from eagle3_synth.contract.row import PreparedPrompt
 
-from eagle3_synth.run.fingerprint import _differences, as_recorded, fingerprint
+from eagle3_synth.run.fingerprint import _differences, fingerprint
 from eagle3_synth.run.journal import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS, JOURNAL_DIR, JOURNAL_FORMAT, JournalIndex, JournalWriter, new_session_id, scan_journal
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.lock import Holder, ShardLock, shard_locks
@@ -200,10 +200,8 @@ class RunDirectory:
         the differences otherwise (read only: a dry run checks a run without claiming it)."""
         old = self._read_json(RUN_FILE)
         if old["fingerprint"] != fingerprint(fields):
-            # A run started before some fields existed is compared in the form it recorded.
-            fields = as_recorded(fields, old["fields"])
-        if old["fingerprint"] != fingerprint(fields):
-            diffs = "\n  ".join(_differences(old["fields"], fields))
+            # Compared in JSON form, as run.json holds them (a tuple is a list there).
+            diffs = "\n  ".join(_differences(old["fields"], json.loads(json.dumps(fields))))
             raise ConfigError(
                 f"run directory {self.url} was started with different settings; refusing to mix "
                 f"results. Use another --run-dir, or the original settings. Differences:\n  {diffs}"

@@ -133,8 +133,7 @@ class ModelSpec:
     engine_args: Mapping[str, Any] = field(default_factory=dict, metadata=identity(output_engine_args))
     # The dtype the model runs in where it is not the checkpoint's own (`--dtype bfloat16` on a
     # float32 checkpoint); None: the checkpoint's (engines/dtypes.py). A cast changes the ids, so it
-    # is fingerprinted; the checkpoint's own enters no field, so a run started before `--dtype`
-    # existed (every engine then ran a bf16/fp16 checkpoint in its own dtype) resumes unchanged.
+    # is fingerprinted; the checkpoint's own enters no field (`--dtype` naming it is the same run).
     dtype: str | None = field(default=None, metadata={"omit_none": True})
 
 

@@ -186,12 +186,24 @@ def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
         spec_of(engine="sglang", dtype="auto")
 
 
-def test_a_field_a_run_did_not_record_is_named_with_what_to_do():
-    """A run started by an older version lacks fields added since: the refusal says so, not 'None'."""
+def test_each_difference_is_named_by_its_dotted_path():
+    """A field left out when unset (--validation, --dtype) is named as not set, not as 'None'."""
     from eagle3_synth.run.fingerprint import _differences
 
-    lines = _differences({"model": {"model": "m"}}, {"model": {"model": "m", "engine_args": {}}})
-    assert lines == ["model.engine_args: not recorded by the run (started by an eagle3-synth without this field; "
-                     "finish it with that version, or start a new --run-dir), this command has {}"]
+    assert _differences({"model": {"model": "m"}}, {"model": {"model": "m", "dtype": "bfloat16"}}) == [
+        "model.dtype: not set for the run, this command has 'bfloat16'"]
+    assert _differences({"validation": 10}, {}) == ["validation: run has 10, not set for this command"]
     assert _differences({"sampling": {"temperature": 0.6}}, {"sampling": {"temperature": 0.7}}) == [
         "sampling.temperature: run has 0.6, this command has 0.7"]
+
+
+def test_a_refused_run_names_only_the_changed_field(files, tmp_path):
+    """run.json holds the fields as JSON (tuples as lists): a tuple-valued field read back is no difference."""
+    from eagle3_synth.run.directory import RunDirectory
+
+    spec = replaced(bases(files)["file"], "conversations.sampling_mix", variants(files)["conversations.sampling_mix"][1])
+    run = RunDirectory(tmp_path / "run")
+    assert run.claim(spec_fields(spec)) == run.check_settings(spec_fields(spec)) == fingerprint(spec_fields(spec))
+    with pytest.raises(ConfigError) as refused:
+        run.check_settings(spec_fields(replaced(spec, "sampling.min_p", 0.05)))
+    assert str(refused.value).endswith("Differences:\n  sampling.min_p: run has 0.0, this command has 0.05")
