@@ -57,8 +57,7 @@ MEANINGS = {
     "sample_index": "which rollout of the conversation (`--samples-per-prompt`)",
     "template_kwargs": "the chat-template kwargs the prompt was rendered with, as JSON",
     "sampling": "how the row was sampled, as JSON: `temperature`, `top_p`, `top_k`, `min_p`, `max_new_tokens` and "
-                "`seed` (`--seed` + `sample_id`), exactly what the engine was sent (`\"\"` in folders built "
-                "before the column)",
+                "`seed` (`--seed` + `sample_id`), exactly what the engine was sent",
 }
 _TYPE_NAMES = {"int32[]": "list<int32>", "spans[]": "list<struct<start,end>>"}
 
@@ -69,11 +68,6 @@ def column_table() -> str:
     for name, kind in _SCHEMA:
         rows.append(f"| `{name}` | `{_TYPE_NAMES.get(kind, kind)}` | {MEANINGS[name].replace('|', chr(92) + '|')} |")
     return "\n".join(rows) + "\n"
-
-
-# Columns added after data was first published, and what a row written before them reads as: a
-# folder or repo built by an older version still loads (`dataset/stores.py` fills them in).
-LATER_COLUMNS = {"sampling": ""}
 
 
 def _features():  # noqa: ANN202 - datasets.Features

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.directory import RUN_FILE, RunDirectory
-from eagle3_synth.contract.row import COLUMNS, FEATURES, LATER_COLUMNS
+from eagle3_synth.contract.row import COLUMNS, FEATURES
 # Re-exported: where rows come from and what made them are asked together.
 from eagle3_synth.dataset.provenance import (Provenance, data_markers, data_profile, data_tokenizer,  # noqa: F401
                                              provenance_from_run_file, provenance_from_run_info)
@@ -107,27 +107,6 @@ def _check_columns(columns: Sequence[str] | None) -> list[str]:
     return columns
 
 
-def _present(columns: Sequence[str], names: Sequence[str]) -> list[str]:
-    """The asked columns the data has; one it lacks must be a later column (`LATER_COLUMNS`)."""
-    return [c for c in columns if c in names or c not in LATER_COLUMNS]
-
-
-def _filled(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """`table` with the later columns it lacks (data built before them) at their old value, in `columns` order."""
-    for name in columns:
-        if name not in table.column_names:
-            table = table.append_column(SCHEMA.field(name), pa.array([LATER_COLUMNS[name]] * table.num_rows,
-                                                                     type=SCHEMA.field(name).type))
-    return table.select(list(columns))
-
-
-def _filled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    for row in rows:
-        for name, value in LATER_COLUMNS.items():
-            row.setdefault(name, value)
-    return rows
-
-
 class FolderSource(RowSource):
     """A Hub-layout folder: `<config>/train-*.parquet`, read with pyarrow (no datasets cache)."""
 
@@ -159,17 +138,17 @@ class FolderSource(RowSource):
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:
         columns = _check_columns(columns)
         dataset = self._dataset(config)
-        return _filled(dataset.to_table(columns=_present(columns, dataset.schema.names)), columns)
+        return dataset.to_table(columns=columns)
 
     def iter_batches(self, config: str, batch_size: int = 256) -> Iterator[list[dict[str, Any]]]:
         for batch in self._dataset(config).to_batches(batch_size=batch_size):
-            yield _filled_rows(batch.to_pylist())
+            yield batch.to_pylist()
 
     def _candidate_rows(self, config: str, wanted: set[int]) -> Iterable[dict[str, Any]]:
         import pyarrow.dataset as pads
 
         # Parquet row-group statistics let pyarrow skip most of a large config.
-        return _filled_rows(self._dataset(config).to_table(filter=pads.field("sample_id").isin(sorted(wanted))).to_pylist())
+        return self._dataset(config).to_table(filter=pads.field("sample_id").isin(sorted(wanted))).to_pylist()
 
     def provenance(self, config: str) -> Provenance:
         # `build` copies the run's run.json to <config>/run_info.json; older folders have only
@@ -263,7 +242,7 @@ class LoadDatasetSource(RowSource):
     def table(self, config: str, columns: Sequence[str] | None = None) -> pa.Table:
         columns = _check_columns(columns)
         dataset = self.dataset(config)
-        return _filled(dataset.select_columns(_present(columns, dataset.column_names)).with_format("arrow")[:], columns)
+        return dataset.select_columns(columns).with_format("arrow")[:].select(columns)
 
     def provenance(self, config: str) -> Provenance:
         """The repo's `<config>/run_info.json` (published with the data), if it has one."""
@@ -289,12 +268,12 @@ class LoadDatasetSource(RowSource):
         ids = self.table(config, ["sample_id"]).column("sample_id")
         mask = pc.is_in(ids, value_set=pa.array(sorted(wanted), type=pa.int64()))
         positions = [i for i, hit in enumerate(mask.to_pylist()) if hit]
-        return _filled_rows(dataset.select(positions).to_list())
+        return dataset.select(positions).to_list()
 
     def iter_batches(self, config: str, batch_size: int = 256) -> Iterator[list[dict[str, Any]]]:
         dataset = self.dataset(config).with_format("arrow")
         for start in range(0, len(dataset), batch_size):
-            yield _filled_rows(dataset[start : start + batch_size].to_pylist())
+            yield dataset[start : start + batch_size].to_pylist()
 
 
 def open_source(location: str, *, revision: str | None = None, split: str = "train") -> RowSource:
