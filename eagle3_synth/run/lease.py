@@ -5,8 +5,7 @@ died) cannot be checked from here: no pid to signal, no /proc to read. So a hold
 every `lease / 10` seconds by touching it (`Heartbeat`: a daemon thread, stopped on release), and
 records the lease in the lock (`Holder.lease`). A lock whose last renewal is older than its lease
 is expired: its holder has not run for that long (gone, or frozen), and the next generator takes
-it over as it takes over a dead process's lock on its own host. A lock without a lease (written by
-an older version) never expires: the error names the file to remove, as before.
+it over as it takes over a dead process's lock on its own host.
 
 The age of a lock is measured on the store's own clock, never this host's: the store stamps a
 probe file written now, and the age is that stamp minus the lock's (`age`), so clocks that differ
@@ -28,9 +27,9 @@ LEASE_SECONDS = 600.0
 RENEWALS_PER_LEASE = 10
 
 
-def expired(age: float | None, lease: float | None) -> bool:
+def expired(age: float | None, lease: float) -> bool:
     """Whether a lock last renewed `age` seconds ago (store clock; None: unknown) has outlived `lease`."""
-    return lease is not None and age is not None and age > lease
+    return age is not None and age > lease
 
 
 class Heartbeat:

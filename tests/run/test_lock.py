@@ -127,7 +127,7 @@ def test_a_lock_whose_pid_now_belongs_to_a_later_process_is_stale(tmp_path):
         assert json.loads(lock_bytes(run))["token"] == lock.holder.token
 
 
-def test_a_lock_of_another_host_is_never_taken_over(run_url):
+def test_a_lock_of_another_host_is_refused_naming_the_file_to_remove(run_url):
     run = RunDirectory(run_url)
     planted = plant(run, Holder("gpu-node-17", dead_pid(), "2026-01-01T00:00:00Z", "f00d"), Shard(3, 16))
     with pytest.raises(LockHeld) as refused:
@@ -135,7 +135,8 @@ def test_a_lock_of_another_host_is_never_taken_over(run_url):
     path = f"{run_url}/.shard-3-of-16.lock"
     assert str(refused.value) == (
         f"run directory {run_url} (shard 3 of 16) is locked by pid {json.loads(planted)['pid']} on host gpu-node-17 "
-        f"since 2026-01-01T00:00:00Z, which this host cannot check (lock {path}); if that process is gone "
+        f"since 2026-01-01T00:00:00Z, which this host cannot check (lock {path}); it is taken over once 600 s pass "
+        f"without the holder renewing it; if that process is gone "
         f"(check on host gpu-node-17), remove {path} and run again")
     assert lock_bytes(run, Shard(3, 16)) == planted
     assert [(str(shard), state) for shard, _, state in run.generators()] == [("shard 3 of 16", "unknown")]
@@ -300,7 +301,7 @@ def set_back(run: RunDirectory, shard: Shard, seconds: float) -> None:
         entry.modified = entry.modified - datetime.timedelta(seconds=seconds)
 
 
-def remote(lease: float | None = 600.0) -> Holder:
+def remote(lease: float = 600.0) -> Holder:
     return Holder("gpu-node-17", 4242, "2026-01-01T00:00:00Z", "f00d", lease=lease)
 
 
@@ -327,13 +328,18 @@ def test_a_lock_of_another_host_within_its_lease_is_refused_saying_when_it_expir
     assert [state for _, _, state in run.generators()] == ["unknown"]
 
 
-def test_a_lock_without_a_lease_never_expires(run_url):
-    """Written by an older version: no lease recorded, so no age makes it expire."""
+def test_a_lock_file_without_a_lease_is_not_taken_for_a_lock(run_url):
+    """Every lock this package writes records its lease; a file without one is refused, untouched."""
     run = RunDirectory(run_url)
-    plant(run, remote(lease=None), Shard(3, 16))
-    set_back(run, Shard(3, 16), 10 ** 6)
-    with pytest.raises(LockHeld, match="which this host cannot check"):
+    record = json.loads(remote().to_bytes())
+    del record["lease"]
+    run.fs.makedirs(run.root, exist_ok=True)
+    path = f"{run.root}/{shard_lock_name(Shard(3, 16))}"
+    run.fs.pipe_file(path, json.dumps(record).encode("utf-8"))
+    with pytest.raises(LockHeld, match=r"\.shard-3-of-16\.lock cannot be read; if no process is generating this "
+                                       r"shard, remove it and run again"):
         run.lock(Shard(3, 16)).acquire()
+    assert json.loads(run.fs.cat(path)) == record
 
 
 def test_the_holder_renews_its_lock_until_it_releases_it(run_url):
