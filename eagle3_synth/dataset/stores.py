@@ -151,8 +151,7 @@ class FolderSource(RowSource):
         return self._dataset(config).to_table(filter=pads.field("sample_id").isin(sorted(wanted))).to_pylist()
 
     def provenance(self, config: str) -> Provenance:
-        # `build` copies the run's run.json to <config>/run_info.json; older folders have only
-        # the default run directory OUT/.runs/CONFIG.
+        # `build` copies the run's run.json to <config>/run_info.json (`folder.run_info_path`).
         from eagle3_synth.dataset.folder import run_info_path
 
         path = run_info_path(self.path, config)
