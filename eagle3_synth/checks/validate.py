@@ -13,7 +13,7 @@ What a row must satisfy (each failure is a violation *kind*, reported with sampl
 - the output does not start by repeating the prompt (an engine returning prompt + output);
 - `prompt_tokens`/`completion_tokens` are the lengths of the id lists; `finish_reason` is known;
 - every prompt and output id is in the model's vocabulary, `0 <= id < vocab_size` (the size the run
-  recorded; for an older run the recorded model's config.json, else `len(tokenizer)`:
+  recorded; where none is, the recorded model's config.json, else `len(tokenizer)`:
   `data_vocabulary`), and no output is longer than the run's `max_new_tokens`;
 - each `sample_id` occurs once.
 """

@@ -44,8 +44,6 @@ class MarkerPattern:
 
     @classmethod
     def from_json(cls, data: Any) -> "MarkerPattern":
-        if isinstance(data, int):  # run directories written before markers were sequences
-            return cls(text="", slots=(frozenset((data,)),))
         return cls(text=data.get("text", ""), slots=tuple(frozenset(slot) for slot in data["slots"]))
 
 

@@ -115,8 +115,7 @@ class PreparedPrompt:
     template_kwargs: dict[str, Any] | None = None
     script: list[dict[str, Any]] | None = None
     # The rollout's sampling (`contract/sampling.py`: temperature, top_p, top_k, min_p,
-    # max_new_tokens and the run's seed; each turn draws with seed + its sample id); None: the
-    # run's (a run directory made before rollouts carried it).
+    # max_new_tokens and the run's seed; each turn draws with seed + its sample id); None: the run's.
     sampling: dict[str, Any] | None = None
 
     @property

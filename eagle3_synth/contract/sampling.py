@@ -50,9 +50,8 @@ def check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k:
 
 def sample_sampling(rollout: Mapping[str, Any], sample_id: int) -> dict[str, Any]:
     """The sampling of one sample of a rollout: the rollout's values, and its seed `seed +
-    sample_id` (None: unseeded), as the engine is sent it and the `sampling` column records it.
-    A `min_p` the rollout does not name (a run directory made before it existed) is 0.0, off."""
-    values = {name: rollout.get(name, 0.0 if name == "min_p" else None) for name in SAMPLING_KEYS}
+    sample_id` (None: unseeded), as the engine is sent it and the `sampling` column records it."""
+    values = {name: rollout.get(name) for name in SAMPLING_KEYS}
     seed = rollout.get("seed")
     values["seed"] = None if seed is None else seed + sample_id
     return values
@@ -64,7 +63,7 @@ def dumps_sampling(sampling: Mapping[str, Any]) -> str:
 
 
 def row_cap(sampling_json: str | None) -> int | None:
-    """The `max_new_tokens` a row was generated with ("" or absent: a folder built before the column)."""
+    """The `max_new_tokens` a row was generated with (None where the row records no sampling)."""
     if not sampling_json:
         return None
     cap = json.loads(sampling_json).get("max_new_tokens")

@@ -30,7 +30,7 @@ class Provenance:
     # How conversations were handed to the template and the date it rendered (None: not recorded).
     message_form: dict[str, Any] | None = None
     template_date: str | None = None
-    # The model's vocabulary as meta records it ({"size", "from"}; None: an older run) and max_new_tokens.
+    # The model's vocabulary as meta records it ({"size", "from"}; None: not recorded) and max_new_tokens.
     vocab_size: dict[str, Any] | None = None
     max_new_tokens: int | None = None
     # Where these facts were read from, for messages ("run.json of demo_out/.runs/B1_glaive").

@@ -6,7 +6,7 @@ A rollout is one line of prompts.jsonl: its first turn's prompt, the kwargs it i
 ids it owns, one per turn it may have. Ids are given in prompt-list order with no gap inside a
 conversation: conversation c's rollouts start at `c + offset`, `offset` growing by each earlier
 kept conversation's ids beyond its first. A run of one turn and one sample per prompt therefore
-keeps `sample_id == conversation_id`, as before rollouts existed.
+keeps `sample_id == conversation_id`.
 """
 
 from __future__ import annotations

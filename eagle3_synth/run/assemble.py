@@ -99,7 +99,7 @@ def iter_rows(
         has_row = index.ok
         fields = run.read_run_file()["fields"]
         run_kwargs = fields.get("template_kwargs") or {}
-        run_sampling = fields.get("sampling") or {}  # a rollout without its own sampling (an older run)
+        run_sampling = fields["sampling"]  # a rollout without its own sampling draws the run's
         held_out = held_out_conversations(run) if split is not None else None
 
         def keep(sample_id: int) -> bool:

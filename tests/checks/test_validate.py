@@ -222,7 +222,7 @@ def test_the_recorded_vocabulary_size_is_what_ids_are_checked_against(folder, tm
     info_path.write_text(json.dumps(info))
     code, reports = validate(tmp_path, str(copy), KIMI_CONFIG)
     assert code == 0, reports
-    del info["meta"]["vocab_size"]  # an older run: the tokenizer's length
+    del info["meta"]["vocab_size"]  # none recorded: the tokenizer's length
     info_path.write_text(json.dumps(info))
     code, reports = validate(tmp_path, str(copy), KIMI_CONFIG)
     assert code == 1 and "output_ids[1] = 3000 is outside 0 <= id < 2048 (len(tokenizer)" in reports[0]["details"]["id_out_of_range"]

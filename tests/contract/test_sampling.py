@@ -16,8 +16,6 @@ ROLLOUT = {"max_new_tokens": 64, "temperature": 0.6, "top_p": 0.9, "top_k": 20, 
 def test_a_samples_seed_is_the_runs_plus_its_sample_id():
     assert sample_sampling(ROLLOUT, 12) == {**ROLLOUT, "seed": 19}
     assert sample_sampling({**ROLLOUT, "seed": None}, 12)["seed"] is None
-    older = {k: v for k, v in ROLLOUT.items() if k != "min_p"}  # a run directory made before min_p
-    assert sample_sampling(older, 0)["min_p"] == 0.0
     assert list(json.loads(dumps_sampling(sample_sampling(ROLLOUT, 1)))) == [
         "temperature", "top_p", "top_k", "min_p", "max_new_tokens", "seed"]
 
@@ -36,7 +34,7 @@ def test_a_length_row_under_its_own_cap_is_lowered():
     assert is_lowered("length", 40, sampling)
     assert not is_lowered("length", 64, sampling)
     assert not is_lowered("stop", 40, sampling)
-    assert not is_lowered("length", 40, "")  # data built before the column: unknown, never counted
+    assert not is_lowered("length", 40, "")  # no sampling recorded: unknown, never counted
 
 
 @pytest.mark.parametrize("args, message", [

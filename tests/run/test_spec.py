@@ -201,7 +201,8 @@ def test_a_refused_run_names_only_the_changed_field(files, tmp_path):
     """run.json holds the fields as JSON (tuples as lists): a tuple-valued field read back is no difference."""
     from eagle3_synth.run.directory import RunDirectory
 
-    spec = replaced(bases(files)["file"], "conversations.sampling_mix", variants(files)["conversations.sampling_mix"][1])
+    mix = variants(files)["conversations.sampling_mix"][1]
+    spec = replaced(bases(files)["file"], "conversations.sampling_mix", mix)
     run = RunDirectory(tmp_path / "run")
     assert run.claim(spec_fields(spec)) == run.check_settings(spec_fields(spec)) == fingerprint(spec_fields(spec))
     with pytest.raises(ConfigError) as refused:

@@ -156,8 +156,7 @@ def check_manifest(folder: Path, settings: dict[str, Any]) -> None:
     folder, so it is refused, naming each difference."""
     path = Path(folder) / MANIFEST
     if path.is_file():
-        # A manifest written before `--split` holds train states.
-        recorded = {"split": "train", **json.loads(path.read_text(encoding="utf-8"))}
+        recorded = json.loads(path.read_text(encoding="utf-8"))
         diffs = [f"{key}: written with {recorded.get(key)!r}, now {value!r}" for key, value in settings.items()
                  if recorded.get(key) != value]
         if diffs:
