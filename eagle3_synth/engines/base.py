@@ -11,10 +11,11 @@ and asks again; it never sees `None` while it holds nothing (`take_requests`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from eagle3_synth.contract.sampling import check_sampling
 from eagle3_synth.errors import ConfigError
@@ -142,15 +143,49 @@ def take_requests(requests: Iterator["GenerationRequest | None"], most: int, hol
     return taken, len(taken) < most
 
 
-class Engine(Protocol):
+class Engine(ABC):
     """Generate results for token-id prompts; yield each as soon as it is complete (`requests` may
-    yield None: see the module doc)."""
+    yield None: see the module doc). What an engine can do beyond that is declared here, each with
+    the answer of an engine that cannot, so a caller asks the engine, never probes it."""
 
+    # Requests sharing a prefix are best sent together: an engine with a prefix cache (SGLang's radix cache).
+    groups_prefixes: bool = False
+
+    @abstractmethod
     def generate(
         self, requests: Iterable[GenerationRequest | None], params: SamplingParams
     ) -> Iterator[GenerationResult]: ...
 
+    @abstractmethod
     def close(self) -> None: ...
+
+    @property
+    def in_flight(self) -> int | None:
+        """Requests submitted and not yet handed on (the progress display); None: not counted."""
+        return None
+
+    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
+        """The longest prompt the engine accepts with this max_new_tokens; None: only the model's
+        context (the run's own limit) bounds it."""
+        return None
+
+    def resolved_server_args(self) -> dict[str, object] | None:
+        """The server arguments the engine runs with as it resolved them (SGLang's `get_server_info()`),
+        read now; None: an engine without a server."""
+        return None
+
+
+K = TypeVar("K")
+
+
+class StatesEngine(Engine):
+    """An engine that also prefills prompts for their hidden states (the SGLang engines)."""
+
+    @abstractmethod
+    def prefill_states(self, rows: Iterable[tuple[K, list[int], str | None]], sampling: dict[str, object]
+                       ) -> Iterator[tuple[K, object]]:
+        """One prefill per (key, ids, rid), in completion order: (key, its hidden states) where rid is
+        None; with a rid the engine writes them to a file named by it and hands on (key, None)."""
 
 
 def abort_result(request: GenerationRequest, message: str) -> GenerationResult:

@@ -39,8 +39,8 @@ import orjson
 
 from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FINISH_REASONS
-from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result,
-                                       take_requests)
+from eagle3_synth.engines.base import (Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
+                                       abort_result, take_requests)
 from eagle3_synth.engines.result_checks import check_generation, output_problem
 
 log = logging.getLogger(__name__)
@@ -316,7 +316,7 @@ def check_replay_file(path: str, params: SamplingParams, *, keep: bool = False,
     return kept.ready() if kept is not None else None
 
 
-class ReplayEngine:
+class ReplayEngine(Engine):
     """Plays a replay file's records as results, each checked with its request (`check_generation`).
 
     Given `checked` (what `check_replay_file(..., keep=True)` kept), plays from there and never opens

@@ -20,7 +20,7 @@ from typing import Any
 
 from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
+from eagle3_synth.engines.base import (Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
                                        take_requests)
 from eagle3_synth.engines.result_checks import check_generation
 
@@ -112,7 +112,7 @@ class RowSampler:
         return chosen
 
 
-class TransformersEngine:
+class TransformersEngine(Engine):
     def __init__(self, model: Any, pad_token_id: int, batch_size: int):
         self.model = model
         self.pad_token_id = pad_token_id

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.contract.sampling import SAMPLING_KEYS
-from eagle3_synth.engines import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, create_engine
+from eagle3_synth.engines import (Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
+                                  create_engine)
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.evaluate.drafter import Drafter, fit_problems, read_drafter, write_sglang
 from eagle3_synth.evaluate.figures import Served, acceptance, first_difference, greedy_check
@@ -84,7 +85,7 @@ class Pass:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
 
-def run_pass(engine: Any, rows: Sequence[Row], params: SamplingParams) -> Pass:
+def run_pass(engine: Engine, rows: Sequence[Row], params: SamplingParams) -> Pass:
     """Every row through `engine` (request i is rows[i]); results by index. One untimed request
     first: an engine's first forward, and a speculative engine's first draft step, compile (about
     30 s on a CPU), which no timing of the rows should hold."""
@@ -103,12 +104,11 @@ def run_pass(engine: Any, rows: Sequence[Row], params: SamplingParams) -> Pass:
     return done
 
 
-def engine_settings(engine: Any) -> dict[str, Any]:
-    """The speculative settings the engine resolved (its server info), {} when it has none (only
-    SGLang's adapters, in-process and HTTP, have `resolved_server_args`)."""
+def engine_settings(engine: Engine) -> dict[str, Any]:
+    """The speculative settings the engine resolved (its server info), {} when it has none."""
     info: Any = None
     try:
-        info = engine.resolved_server_args() if hasattr(engine, "resolved_server_args") else None
+        info = engine.resolved_server_args()
     except Exception as exc:  # informational only
         log.debug("could not read the engine's settings: %s", exc)
     if not isinstance(info, dict):
@@ -152,7 +152,7 @@ def served_drafter_path(drafter: Drafter, target: dict[str, Any], architecture: 
 
 
 def evaluate(rows: Sequence[Row], evaluation: Evaluation, drafter_path: Path, params: SamplingParams,
-             make_engine: Callable[[str, EngineOptions], Any] = create_engine) -> dict[str, Any]:
+             make_engine: Callable[[str, EngineOptions], Engine] = create_engine) -> dict[str, Any]:
     """Both passes and the report (a JSON-able dict)."""
     baseline: Pass | None = None
     if evaluation.baseline:
@@ -169,7 +169,7 @@ def evaluate(rows: Sequence[Row], evaluation: Evaluation, drafter_path: Path, pa
     return report(rows, speculative, baseline, evaluation)
 
 
-def _run(make_engine: Callable[[str, EngineOptions], Any], name: str, options: EngineOptions, rows: Sequence[Row],
+def _run(make_engine: Callable[[str, EngineOptions], Engine], name: str, options: EngineOptions, rows: Sequence[Row],
          params: SamplingParams, what: str) -> Pass:
     log.info("evaluate: %d rows through %s (%s)", len(rows), what, name)
     engine = make_engine(name, options)

@@ -143,12 +143,11 @@ def config_record(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(asdict(config)))
 
 
-def prompt_limit(spec: RunSpec, engine: Any) -> tuple[int | None, str]:
+def prompt_limit(spec: RunSpec, engine: Engine) -> tuple[int | None, str]:
     """The longest prompt kept, and why: the model's context minus max_new_tokens (the spec), or
     the engine's own limit where it reports a tighter one (`max_prompt_tokens`, the SGLang engines)."""
     ours = spec.max_prompt_tokens
-    report = getattr(engine, "max_prompt_tokens", None)
-    theirs = report(spec.sampling.max_new_tokens) if callable(report) else None
+    theirs = engine.max_prompt_tokens(spec.sampling.max_new_tokens)
     if theirs is not None and (ours is None or theirs < ours):
         log.info("prompts over %d tokens are skipped as too_long: the engine's limit with max_new_tokens %d",
                  theirs, spec.sampling.max_new_tokens)
@@ -374,7 +373,7 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
                 with _sigterm_interrupts(), run.open_journal(run_fingerprint, options.shard) as journal, \
                         index.reader(run.fs) as read:
                     starts = starting_turns(run.iter_prompts(keep=todo.__contains__), states, read, next_turns)
-                    if getattr(engine, "groups_prefixes", False):  # engines with a prefix cache (SGLang)
+                    if engine.groups_prefixes:
                         starts = grouped_by_prefix(starts)
                     feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.engine_options.priority)
                     for result in engine.generate(feed, setup.params):

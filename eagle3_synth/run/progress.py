@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from eagle3_synth.engines.base import GenerationResult
+from eagle3_synth.engines.base import Engine, GenerationResult
 from eagle3_synth.engines.result_checks import is_short_length
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ class Progress:
         total: int,
         done: int,
         *,
-        engine: Any = None,
+        engine: Engine | None = None,
         stream: TextIO | None = None,
         log_every: float = 60.0,
         redraw_every: float = 1.0,
@@ -248,9 +248,7 @@ class Progress:
             self._show()
 
     def in_flight(self) -> int | None:
-        value = getattr(self.engine, "in_flight", None)
-        value = value() if callable(value) else value
-        return None if value is None else int(value)
+        return None if self.engine is None else self.engine.in_flight
 
     def line(self) -> str:
         s = self.summary

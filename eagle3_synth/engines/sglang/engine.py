@@ -112,10 +112,6 @@ class SGLangEngine(WindowedEngine):
         self._closed = False
         self.limits = ContextLimits()  # set by launch() from get_server_info()
 
-    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
-        """The longest prompt the engine accepts with this max_new_tokens (None: unknown)."""
-        return self.limits.max_prompt_tokens(max_new_tokens)
-
     def resolved_server_args(self) -> dict[str, Any] | None:
         """The server arguments SGLang resolved (`get_server_info()`), read now: what a report
         says the engine ran with (the speculative settings SGLang chose where none was given)."""

@@ -126,10 +126,6 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
         self._priority_servers = 0  # servers with priority scheduling seen (check_priority_scheduling)
         self._ranks = 0
 
-    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
-        """The longest prompt every server accepts with this max_new_tokens (None: unknown)."""
-        return self.limits.max_prompt_tokens(max_new_tokens)
-
     # -- session ---------------------------------------------------------------------------
     def _get_session(self) -> Any:
         import aiohttp

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from eagle3_synth.errors import ConfigError, EngineError, TransientEngineError
-from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, abort_result
+from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams, StatesEngine, abort_result
 from eagle3_synth.engines.retry import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang.window import InFlightWindow
 
@@ -169,20 +169,24 @@ def error_text(body: Any) -> str:
     return text if len(text) <= 500 else text[:500] + "..."
 
 
-class WindowedEngine:
-    """What both SGLang adapters share: one request per prompt through an `InFlightWindow`.
+class WindowedEngine(StatesEngine):
+    """What both SGLang adapters share: one request per prompt through an `InFlightWindow`, and
+    the limits and settings read from the servers' info.
 
-    A subclass sets `_window` and implements `_generate_one(request, params)`.
+    A subclass sets `_window` and `limits`, and implements `_generate_one`, `_prefill_one` and
+    `resolved_server_args`.
     """
 
     _window: InFlightWindow
-    # Requests sharing a system prompt and tools are best sent together (SGLang's radix cache).
-    groups_prefixes = True
+    limits: "ContextLimits"
+    groups_prefixes = True  # SGLang's radix cache
 
     @property
     def in_flight(self) -> int:
-        """Requests submitted and not yet handed on (read by the progress display)."""
         return self._window.in_flight
+
+    def max_prompt_tokens(self, max_new_tokens: int) -> int | None:
+        return self.limits.max_prompt_tokens(max_new_tokens)
 
     @property
     def max_in_flight(self) -> int:
@@ -199,11 +203,9 @@ class WindowedEngine:
 
     def prefill_states(self, rows: Iterable[tuple[K, list[int], str | None]], sampling: dict[str, Any]
                        ) -> Iterator[tuple[K, Any]]:
-        """One prefill per (key, ids, rid), through the same window as `generate` (an engine that
-        dies ends the run the same way), in completion order: (key, the prefill's hidden states, one
-        [T, width] list) where rid is None; with a rid, the request carries it and asks nothing back
-        (the engine's hooks write the states to a file named by it): (key, None) once it is done.
-        The engine must run with the capture's arguments (train/hidden_states/sglang_capture.py)."""
+        """Through the same window as `generate` (an engine that dies ends the run the same way); the
+        states of a row without a rid come back as one [T, width] list. The engine must run with the
+        capture's arguments (train/hidden_states/sglang_capture.py)."""
         async def one(row: tuple[K, list[int], str | None]) -> tuple[K, Any]:
             key, ids, rid = row
             return key, await self._prefill_one(ids, sampling, rid)

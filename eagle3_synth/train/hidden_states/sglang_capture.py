@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from eagle3_synth.engines.base import StatesEngine
 from eagle3_synth.engines.sglang.aux_layers import capture_problem, rule_for, sglang_ids_for
 from eagle3_synth.engines.sglang.state_hooks import RID_PREFIX, forward_hooks
 from eagle3_synth.errors import ConfigError, EngineError
@@ -211,7 +212,8 @@ def hooks_folder(hooks: Any) -> str | None:
     return None
 
 
-def states_of_rows(engine: Any, plan: CapturePlan, items: Iterable[Item], dtype: str) -> Iterator[tuple[Item, list[Any], Any]]:
+def states_of_rows(engine: StatesEngine, plan: CapturePlan, items: Iterable[Item], dtype: str
+                   ) -> Iterator[tuple[Item, list[Any], Any]]:
     """(item, [states in order..., pre-norm], normed) for every item, in the order SGLang finishes them:
     from the file SGLang's hook wrote for the row (read, then removed) or from the response."""
     folder = Path(plan.folder) if plan.folder is not None else None
@@ -250,7 +252,7 @@ def _take_states_file(path: Path, item: Item) -> Any:
 
 
 @contextmanager
-def sglang_engine(options: Any, capture: CapturePlan) -> Iterator[tuple[Any, CapturePlan]]:
+def sglang_engine(options: Any, capture: CapturePlan) -> Iterator[tuple[StatesEngine, CapturePlan]]:
     """The SGLang adapter `options.engine` names, started (`sglang`: the Engine in this process with
     the capture's arguments added to `--engine-arg`s) or checked (`sglang-http`: each server's
     arguments), with the capture as it runs (over HTTP the servers' hooks say where the states go);
