@@ -144,6 +144,7 @@ def test_an_engine_arg_that_is_no_server_argument_is_refused_before_the_prompts(
             started.append(kwargs)
 
     monkeypatch.setattr(sglang_engine, "import_sglang", lambda: (NeverStarted, FIELDS))
+    monkeypatch.setattr(sglang_engine, "import_server_args", lambda: FIELDS)
     out = tmp_path / "ds"
     line = refused(build(out, "--engine", "sglang", "--engine-arg", "tp_sise=2", *(["--dry-run"] if dry_run else [])),
                    capsys)
@@ -181,6 +182,7 @@ def without_model_type(folder: Path) -> None:
 @pytest.mark.parametrize("engine", ["transformers", "sglang"])
 def test_a_tokenizer_folder_as_model_is_refused_before_the_prompts(tmp_path, capsys, monkeypatch, engine):
     monkeypatch.setattr(sglang_engine, "import_sglang", lambda: (object, FIELDS))
+    monkeypatch.setattr(sglang_engine, "import_server_args", lambda: FIELDS)
     prepared = []
     for step in ("stage", "survey"):  # the prompts' preparation, of a run and of a dry run
         monkeypatch.setattr(f"eagle3_synth.run.generate.{step}", lambda *a, **k: prepared.append(a))
@@ -208,6 +210,7 @@ def test_a_model_folder_without_model_type_or_weights_names_what_is_missing(tmp_
 def test_load_format_tells_sglang_where_the_weights_come_from(tmp_path, capsys, monkeypatch):
     """`--engine-arg load_format=dummy` (random weights) needs none in the folder; a config.json still."""
     monkeypatch.setattr(sglang_engine, "import_sglang", lambda: (object, FIELDS))
+    monkeypatch.setattr(sglang_engine, "import_server_args", lambda: FIELDS)
     monkeypatch.setattr(sglang_engine, "check_options", lambda options: None)  # FIELDS has no load_format
     folder = model_copy(tmp_path, lambda f: (f / "model.safetensors").unlink())
     argv = build(tmp_path / "ds", "--engine", "sglang", "--engine-arg", "load_format=dummy", "--dry-run", model=folder)

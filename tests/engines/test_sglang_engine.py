@@ -26,7 +26,7 @@ from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.engines.sglang import engine as sglang_engine
 from eagle3_synth.engines.retry import RetryPolicy
-from eagle3_synth.engines.sglang.args import FieldSpec, type_engine_args
+from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, type_engine_args
 from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FEATURES
 
@@ -295,6 +295,27 @@ def test_the_engines_processes_leave_ctrl_c_to_us():
 def test_without_sglang_the_engine_says_how_to_get_it():
     with pytest.raises(ConfigError, match=r"pip install 'eagle3-synth\[sglang\]'"):
         create_engine("sglang", EngineOptions(model="/models/x"))
+
+
+def test_device_cpu_selects_sglangs_cpu_backend_when_the_engine_is_created_not_when_checked(monkeypatch):
+    """The check before anything loads (a dry run's too) leaves this process's environment alone; creating
+    the engine sets the variable before SGLang's engine modules are imported."""
+    fields = [*FIELDS, FieldSpec("device", Annotated[Optional[str], "The device to use."])]
+    monkeypatch.delenv(CPU_ENGINE_VARIABLE, raising=False)
+    monkeypatch.setattr(sglang_engine, "import_server_args", lambda: fields)
+    options = EngineOptions(model="/m", dtype="bfloat16", engine_args={"device": "cpu"})
+    sglang_engine.check_options(options)
+    assert CPU_ENGINE_VARIABLE not in os.environ
+    seen = []
+
+    def import_sglang():
+        seen.append(os.environ.get(CPU_ENGINE_VARIABLE))
+        raise ConfigError("stopped before the engine")
+
+    monkeypatch.setattr(sglang_engine, "import_sglang", import_sglang)
+    with pytest.raises(ConfigError, match="^stopped before the engine$"):
+        sglang_engine.create(options)
+    assert seen == ["1"]
 
 
 # -- generating ---------------------------------------------------------------------------------------

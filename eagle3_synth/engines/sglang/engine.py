@@ -210,18 +210,26 @@ def check_spawn_safe() -> None:
         )
 
 
-def import_sglang() -> tuple[type, list[FieldSpec]]:
-    """`sglang.Engine` (its processes leaving Ctrl-C to us) and the `ServerArgs` fields, or a ConfigError
-    saying how to get SGLang. The class itself, not `sglang.Engine`, a lazy import (sglang/__init__.py)."""
+def import_server_args() -> list[FieldSpec]:
+    """The `ServerArgs` fields, or a ConfigError saying how to get SGLang; imports none of the engine's
+    modules, which read the CPU backend's variable as they are imported (`use_cpu_backend`)."""
     try:
-        from sglang.srt.entrypoints.engine import Engine
         from sglang.srt.server_args import ServerArgs
     except ImportError as exc:
         raise ConfigError(
             f"--engine sglang needs SGLang in this environment ({exc}). On a GPU node: "
             "pip install 'eagle3-synth[sglang]'; or start an SGLang server and use --engine sglang-http --url ..."
         ) from None
-    return without_ctrl_c(Engine), server_args_fields(ServerArgs)
+    return server_args_fields(ServerArgs)
+
+
+def import_sglang() -> tuple[type, list[FieldSpec]]:
+    """`sglang.Engine` (its processes leaving Ctrl-C to us) and the `ServerArgs` fields. The class
+    itself, not `sglang.Engine`, a lazy import (sglang/__init__.py)."""
+    fields = import_server_args()
+    from sglang.srt.entrypoints.engine import Engine
+
+    return without_ctrl_c(Engine), fields
 
 
 def check_not_a_follower(kwargs: dict) -> None:
@@ -315,8 +323,11 @@ def _one_line(exc: Exception) -> str:
 
 
 def use_cpu_backend(engine_args: dict[str, Any]) -> None:
-    """`--engine-arg device=cpu`: SGLang's CPU backend, set before sglang is imported (its modules
-    read the variable at import time: `_is_cpu = is_cpu()`, sglang 0.5.23 srt/layers/layernorm.py)."""
+    """`--engine-arg device=cpu`: SGLang's CPU backend, set as the engine is created, before its engine
+    and model modules are imported (they read the variable at import time: `_is_cpu = is_cpu()`, sglang
+    0.5.23 srt/layers/layernorm.py). A check before it (`check_options`) imports only `ServerArgs`,
+    whose modules' own reading (srt/distributed/parallel_state.py) serves the spawned schedulers,
+    which import SGLang afresh with the variable set."""
     if engine_args.get("device") == "cpu" and os.environ.get(CPU_ENGINE_VARIABLE) != "1":
         log.info("--engine-arg device=cpu: setting %s=1 (SGLang's CPU backend)", CPU_ENGINE_VARIABLE)
         os.environ[CPU_ENGINE_VARIABLE] = "1"
@@ -327,9 +338,8 @@ def check_options(options: EngineOptions) -> None:
     installed here and of its type, the reserved ones refused, the CPU dtype, no multi-node follower
     (`engine_kwargs`, as the engine's start checks them again). Without SGLang here there is
     nothing to check them against; starting the engine says how to get it."""
-    use_cpu_backend(options.engine_args)
     try:
-        _, fields = import_sglang()
+        fields = import_server_args()
     except ConfigError:
         return
     check_not_a_follower(engine_kwargs(options, fields))
