@@ -36,8 +36,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks = parser.add_argument_group("tasks (datatrove's executors)")
     tasks.add_argument("--executor", choices=EXECUTORS, default=E.executor, help=f"default {E.executor}")
     tasks.add_argument("--tasks", type=int, required=True, metavar="N", help="shards, one task each (one node each)")
-    # dest task_workers: `workers` is the builder's prompt-preparation processes, whose range (>= 1) the
-    # generation options are checked against (contract/ranges.py); datatrove's -1 means "all at once".
+    # dest task_workers: `workers` is the run configuration's prompt-preparation processes (>= 1), which
+    # `generation_settings` reads from the parsed arguments; datatrove's -1 means "all at once".
     tasks.add_argument("--workers", dest="task_workers", type=int, default=E.workers, metavar="N",
                        help="tasks running at once (default: all)")
     tasks.add_argument("--nodes-per-task", type=int, default=E.nodes_per_task, metavar="N",
