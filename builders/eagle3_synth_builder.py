@@ -8,6 +8,8 @@ Installed as `eagle3_synth_builders`; from a checkout's root `builders` imports 
 
     builder = Eagle3Synth(config_name="B1_glaive", model="models/tiny", prompts="p.jsonl",
                           max_new_tokens=64, temperature=0.0, run_dir="runs/B1_glaive")
+    # or the whole configuration, as `eagle3-synth build` hands it over:
+    builder = Eagle3Synth(config=Eagle3SynthConfig(name="B1_glaive", model="models/tiny", ...))
     builder.download_and_prepare()          # generates what is missing, then writes the rows
     ds = builder.as_dataset(split="train")
 
@@ -50,7 +52,8 @@ RUNS_DIR = "eagle3-synth-runs"  # under the builder's downloads dir: the default
 
 @dataclass
 class Eagle3SynthConfig(datasets.BuilderConfig, GenerationSettings):
-    """One config (B1-B8, or one of a `config_file`), with the generation settings as kwargs."""
+    """One config (B1-B8, or one of a `config_file`) with the run configuration: what `build` makes
+    from its command line and hands the builder whole (`Eagle3Synth(config=...)`)."""
 
     # The config's source dataset and the token pattern it teaches (from the registry).
     source: str = ""
@@ -59,10 +62,11 @@ class Eagle3SynthConfig(datasets.BuilderConfig, GenerationSettings):
     partial: bool = False
 
     def __post_init__(self) -> None:
-        datasets.BuilderConfig.__post_init__(self)
         GenerationSettings.__post_init__(self)
-        if self.name not in CONFIGS:
-            raise ConfigError(f"unknown config {self.name!r}; known configs: {', '.join(CONFIGS)}")
+        if self.config_file:  # its configs are registered before the name is looked up
+            load_config_file(self.config_file)
+        get_config(self.name)  # an unknown name, said as the command line says it
+        datasets.BuilderConfig.__post_init__(self)
 
 
 def registry_builder_configs() -> list[Eagle3SynthConfig]:
@@ -80,13 +84,18 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
 
     config: Eagle3SynthConfig
 
-    def __init__(self, *args: Any, echo: Callable[[str], None] | None = print, **kwargs: Any):
-        """`echo` receives the end-of-generation summary and what the run holds (None: silent)."""
-        # A --config-file config must be registered before datasets looks its name up.
-        if kwargs.get("config_file"):
-            load_config_file(kwargs["config_file"])
-        if kwargs.get("config_name") is not None:
-            get_config(kwargs["config_name"])  # an unknown name, said as the command line says it
+    def __init__(self, *args: Any, config: Eagle3SynthConfig | None = None,
+                 echo: Callable[[str], None] | None = print, **kwargs: Any):
+        """`config`: the whole configuration (what `build` passes), else datasets' `config_name` and
+        config kwargs; `echo` receives the end-of-generation summary and what the run holds (None: silent)."""
+        self.given = config
+        if config is not None:
+            kwargs["config_name"] = config.name
+        else:  # a --config-file config must be registered before datasets looks its name up
+            if kwargs.get("config_file"):
+                load_config_file(kwargs["config_file"])
+            if kwargs.get("config_name") is not None:
+                get_config(kwargs["config_name"])
         self.echo = echo or (lambda line: None)
         self.generation_summary: RunSummary | None = None
         self.coverage: Coverage | None = None
@@ -100,6 +109,9 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
         return {config.name: config for config in registry_builder_configs()}
 
     def _create_builder_config(self, config_name=None, custom_features=None, config_id=None, **config_kwargs):
+        if self.given is not None:  # cached under an id of its settings, as datasets ids a config's kwargs
+            return self.given, self.given.create_config_id(
+                {f.name: getattr(self.given, f.name) for f in dataclasses.fields(GenerationSettings)})
         # datasets sets the kwargs on a copy of the registered config, past its __post_init__;
         # rebuilding it runs the checks on the settings actually given.
         config, config_id = super()._create_builder_config(config_name, custom_features, config_id, **config_kwargs)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from eagle3_synth.cli.options import add_generation_arguments, generation_settings, parse_key_value
 from eagle3_synth.dataset.folder import check_out_folder
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.exit_status import DONE, PROBLEMS
 from eagle3_synth.run.preflight import check_output_folder
-from eagle3_synth.run.settings import GenerationSettings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -119,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from eagle3_synth.cli.build import folder_builds
 
-        assemble = replace(GenerationSettings(), run_dir=settings.run_dir)
-        rows, files = folder_builds().build_config(args.config, args.out, assemble, overwrite=args.overwrite)
+        builds = folder_builds()
+        assemble = builds.Eagle3SynthConfig(name=args.config, run_dir=settings.run_dir)
+        rows, files = builds.build_config(assemble, args.out, overwrite=args.overwrite)
         print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
     return DONE

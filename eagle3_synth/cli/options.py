@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import MISSING, fields
+from typing import Any
 
 from eagle3_synth import exit_status
 from eagle3_synth.cli import EXIT_RESUMABLE
@@ -91,12 +92,14 @@ def default_run_dir(args: argparse.Namespace) -> str:
     return args.run_dir or run_dir_under(args.out, args.config)
 
 
-def generation_settings(args: argparse.Namespace, run_dir: str | None) -> GenerationSettings:
-    """The generating options as the settings the library (and the builder) take; a field the
-    command has no option for (`workers`; the shard of `build`) keeps its default."""
+def generation_settings(args: argparse.Namespace, run_dir: str | None,
+                        kind: type[GenerationSettings] = GenerationSettings, **more: Any) -> GenerationSettings:
+    """The generating options as the settings the library takes, or as `kind` with `more` (`build`:
+    the builder's config); a field the command has no option for (`workers`; the shard of `build`)
+    keeps its default."""
     given, values = vars(args), {}
     for f in fields(GenerationSettings):
         parse = f.metadata.get("option", {}).get("parse")
         if f.name in given:
             values[f.name] = parse(given[f.name]) if parse else given[f.name]
-    return GenerationSettings(**{**values, "run_dir": run_dir})
+    return kind(**{**values, "run_dir": run_dir}, **more)

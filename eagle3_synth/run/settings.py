@@ -295,10 +295,6 @@ class GenerationSettings(RunSettings, EngineSettings, SamplingSettings, Conversa
         """Whether these settings generate (a model, tokenizer or replay file is given) or only assemble."""
         return bool(self.model or self.tokenizer or self.replay)
 
-    def to_kwargs(self) -> dict[str, Any]:
-        """The settings as keyword arguments (of this class, or of the builder config inheriting it)."""
-        return {f.name: getattr(self, f.name) for f in fields(GenerationSettings)}
-
     def model_dtype(self) -> str | None:
         """The dtype the engine runs the model in (None: no model runs, the replay engine)."""
         return resolve_dtype(self.model if self.engine != "replay" else None, self.dtype, self.engine_args)
