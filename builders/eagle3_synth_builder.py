@@ -55,9 +55,6 @@ class Eagle3SynthConfig(datasets.BuilderConfig, GenerationSettings):
     """One config (B1-B8, or one of a `config_file`) with the run configuration: what `build` makes
     from its command line and hands the builder whole (`Eagle3Synth(config=...)`)."""
 
-    # The config's source dataset and the token pattern it teaches (from the registry).
-    source: str = ""
-    pattern: str = ""
     # Assemble even though some samples have no result yet (they are left out).
     partial: bool = False
 
@@ -72,7 +69,7 @@ class Eagle3SynthConfig(datasets.BuilderConfig, GenerationSettings):
 def registry_builder_configs() -> list[Eagle3SynthConfig]:
     """One BuilderConfig per registered config, read from the registry each time it is asked."""
     return [
-        Eagle3SynthConfig(name=spec.name, source=spec.source, pattern=spec.pattern, description=spec.pattern)
+        Eagle3SynthConfig(name=spec.name, description=spec.pattern)
         for spec in CONFIGS.values()
     ]
 
@@ -118,8 +115,9 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
         return dataclasses.replace(config), config_id
 
     def _info(self) -> datasets.DatasetInfo:
+        spec = get_config(self.config.name)  # the token pattern it teaches, its source dataset
         return datasets.DatasetInfo(
-            description=f"EAGLE-3 drafter training data: {self.config.pattern} (prompts from {self.config.source})",
+            description=f"EAGLE-3 drafter training data: {spec.pattern} (prompts from {spec.source})",
             features=FEATURES,
         )
 
