@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import MISSING, fields
-from typing import Any
 
 from eagle3_synth import exit_status
 from eagle3_synth.cli import EXIT_RESUMABLE
@@ -93,7 +92,7 @@ def default_run_dir(args: argparse.Namespace) -> str:
 
 
 def generation_settings(args: argparse.Namespace, run_dir: str | None,
-                        kind: type[GenerationSettings] = GenerationSettings, **more: Any) -> GenerationSettings:
+                        kind: type[GenerationSettings] = GenerationSettings, **more: object) -> GenerationSettings:
     """The generating options as the settings the library takes, or as `kind` with `more` (`build`:
     the builder's config); a field the command has no option for (`workers`; the shard of `build`)
     keeps its default."""

@@ -9,10 +9,10 @@ makes every generating command's arguments from these fields, one argument group
 checked against their range in the one table (`contract/ranges.py`), by field name. Defaults are read
 from the spec dataclasses, so each default is written once.
 
-`__post_init__` checks what needs nothing but the values; `run_spec(config)` and `run_options()`
-check what needs the config registry or the filesystem, then build the typed `RunSpec` (what
-determines the output) and `RunOptions` (how this process runs it). Messages name the command-line
-options, which are the builder's kwargs with dashes.
+`__post_init__` checks what needs nothing but the values; `resolve(config)` checks what needs the
+config registry or the filesystem, then builds the typed `RunSpec` (what determines the output);
+the settings themselves say how this process runs it (`engine_options(spec)` is the engine's part).
+Messages name the command-line options, which are the builder's kwargs with dashes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import argparse
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from eagle3_synth.prompts.templating import check_template_date, check_tokenizer
 from eagle3_synth.prompts.turns import ConversationPlan, check_kwarg_mix, check_sampling_mix
 from eagle3_synth.prompts.held_out import check_validation
 from eagle3_synth.run.shards import AUTO, Shard, resolve_auto
-from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, output_engine_args
+from eagle3_synth.run.spec import ModelSpec, RunSpec, SamplingSpec, output_engine_args
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def shard_number(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a whole number or {AUTO}, got {text!r}") from None
 
 
-def option(default: Any = None, help: str | None = None, *, fingerprint: bool = False, **read: Any) -> Any:
+def option(default: object = None, help: str | None = None, *, fingerprint: bool = False, **read: object) -> Any:
     """A field that is a command-line option: its default, its --help text, whether it enters the
     run's fingerprint, and how the command line reads it (`read`: argparse's `metavar`, `type`,
     `choices`, `action`; `name`: its name when not the field's with dashes; `aliases`; `parse`: the
@@ -115,7 +115,7 @@ class ModelSettings:
         "names the template reads and the values the profile lists", fingerprint=True, name="--template-kwarg",
         action="append", metavar="KEY=VALUE", parse=key_values("--template-kwarg"))
     template_kwarg_unchecked: bool = option(
-        RunOptions.template_kwarg_unchecked, "take --template-kwarg names the chat template does not visibly read (a "
+        False, "take --template-kwarg names the chat template does not visibly read (a "
         "template or tokenizer code that reads them indirectly); reserved names and values are still checked")
     # Never a default: the tokenizer's own code can change how text is tokenized.
     trust_remote_code: bool = option(ModelSpec.trust_remote_code,
@@ -146,7 +146,7 @@ class PromptSettings:
     max_context: int | None = option(ModelSpec.context_length, "model context: prompts longer than it minus "
                                      "--max-new-tokens are skipped (default: max_position_embeddings of the model's "
                                      "config.json, if any)", fingerprint=True, metavar="TOKENS")
-    strict: bool = option(RunOptions.strict, "stop at the first rejected prompt instead of skipping it")
+    strict: bool = option(False, "stop at the first rejected prompt instead of skipping it")
 
 
 @dataclass
@@ -198,7 +198,7 @@ class EngineSettings:
     """Plumbing, but for the replay file, a dtype cast and the engine args that change what the model
     computes (run/spec.py OUTPUT_ENGINE_ARGS: quantization, kv_cache_dtype ...)."""
 
-    engine: str = option(RunOptions.engine, choices=sorted(ENGINES))
+    engine: str = option("transformers", choices=sorted(ENGINES))
     replay: str | None = option(None, "JSONL of recorded results for --engine replay", fingerprint=True)
     batch_size: int = option(EngineOptions.batch_size, "transformers engine: prompts per generate call "
                              f"(default {EngineOptions.batch_size})")
@@ -240,11 +240,12 @@ class RunSettings:
                                    "WORLD_SIZE", type=shard_number, metavar="N", sharded=True)
     shard_index: int | str = option(Shard.index, "which shard this process generates; auto: SLURM_ARRAY_TASK_ID (from "
                                     "the array's first), else RANK", type=shard_number, metavar="I", sharded=True)
-    max_hours: float | None = option(RunOptions.max_hours, "stop handing out prompts after H hours, leaving a "
+    max_hours: float | None = option(None, "stop handing out prompts after H hours, leaving a "
                                      f"resumable run (exit status {exit_status.RESUMABLE})", metavar="H")
-    retry_errors: bool = option(RunOptions.retry_errors, "generate again the samples that failed before")
-    # Processes that template prompts: 1, N, or None (automatic); the builder's only.
-    workers: int | None = RunOptions.workers
+    retry_errors: bool = option(False, "generate again the samples that failed before")
+    # Processes that template prompts (prompts.templaters.make_templater): 1, N, or None (automatic);
+    # the builder's only.
+    workers: int | None = None
 
 
 # The concerns, each an argument group of the generating commands, under its title.
@@ -354,36 +355,37 @@ class GenerationSettings(RunSettings, EngineSettings, SamplingSettings, Conversa
         dtype = self.model_dtype()
         return dtype if self.dtype is not None and dtype != checkpoint_dtype(self.model) else None
 
-    def run_options(self, run_dir: str | None = None) -> RunOptions:
-        """How this process runs the spec (plumbing, never fingerprinted); `run_dir` over the field."""
+    @property
+    def shard(self) -> Shard:
+        """This process's share of the samples."""
+        return Shard(index=self.shard_index, count=self.num_shards)
+
+    def engine_options(self, spec: RunSpec) -> EngineOptions:
+        """The engine's options (the one place they are made): these settings' plumbing, with the
+        spec's model, tokenizer and replay file."""
+        return EngineOptions(
+            model=spec.model.model or self.model,
+            tokenizer=spec.model.tokenizer,
+            trust_remote_code=spec.model.trust_remote_code,
+            replay_file=spec.model.replay_file,
+            device=self.device,
+            dtype=self.model_dtype(),
+            batch_size=self.batch_size,
+            urls=self.urls,
+            max_in_flight=self.max_in_flight,
+            request_timeout_s=self.request_timeout,
+            max_retries=self.max_retries,
+            engine_args=dict(self.engine_args),
+            priority=self.priority == "turns-left",
+        )
+
+    def resolve(self, config_name: str, run_dir: str | None = None) -> tuple[RunSpec, GenerationSettings]:
+        """What `run.generate.generate` takes: the spec of `config_name`, and these settings with the
+        run directory they journal into (`run_dir` over the field)."""
+        spec = self.run_spec(config_name)
         run_dir = run_dir or self.run_dir
         if not run_dir:
             raise ConfigError("give --run-dir: where the results are journaled")
         if self.engine == "replay" and not self.replay:
             raise ConfigError("--engine replay needs --replay FILE (recorded results)")
-        return RunOptions(
-            run_dir=str(run_dir),
-            engine=self.engine,
-            engine_options=EngineOptions(
-                model=self.model,
-                device=self.device,
-                dtype=self.model_dtype(),
-                batch_size=self.batch_size,
-                urls=self.urls,
-                max_in_flight=self.max_in_flight,
-                request_timeout_s=self.request_timeout,
-                max_retries=self.max_retries,
-                engine_args=dict(self.engine_args),
-                priority=self.priority == "turns-left",
-            ),
-            shard=Shard(index=self.shard_index, count=self.num_shards),
-            max_hours=self.max_hours,
-            retry_errors=self.retry_errors,
-            strict=self.strict,
-            workers=self.workers,
-            template_kwarg_unchecked=self.template_kwarg_unchecked,
-        )
-
-    def resolve(self, config_name: str, run_dir: str | None = None) -> tuple[RunSpec, RunOptions]:
-        """`(run_spec(config_name), run_options(run_dir))`: what `run.generate.generate` takes."""
-        return self.run_spec(config_name), self.run_options(run_dir)
+        return spec, replace(self, run_dir=str(run_dir))
