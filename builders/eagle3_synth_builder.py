@@ -8,6 +8,8 @@ Installed as `eagle3_synth_builders`; from a checkout's root `builders` imports 
 
     builder = Eagle3Synth(config_name="B1_glaive", model="models/tiny", prompts="p.jsonl",
                           max_new_tokens=64, temperature=0.0, run_dir="runs/B1_glaive")
+    # or the whole configuration, as `eagle3-synth build` hands it over:
+    builder = Eagle3Synth(config=Eagle3SynthConfig(name="B1_glaive", model="models/tiny", ...))
     builder.download_and_prepare()          # generates what is missing, then writes the rows
     ds = builder.as_dataset(split="train")
 
@@ -50,25 +52,24 @@ RUNS_DIR = "eagle3-synth-runs"  # under the builder's downloads dir: the default
 
 @dataclass
 class Eagle3SynthConfig(datasets.BuilderConfig, GenerationSettings):
-    """One config (B1-B8, or one of a `config_file`), with the generation settings as kwargs."""
+    """One config (B1-B8, or one of a `config_file`) with the run configuration: what `build` makes
+    from its command line and hands the builder whole (`Eagle3Synth(config=...)`)."""
 
-    # The config's source dataset and the token pattern it teaches (from the registry).
-    source: str = ""
-    pattern: str = ""
     # Assemble even though some samples have no result yet (they are left out).
     partial: bool = False
 
     def __post_init__(self) -> None:
-        datasets.BuilderConfig.__post_init__(self)
         GenerationSettings.__post_init__(self)
-        if self.name not in CONFIGS:
-            raise ConfigError(f"unknown config {self.name!r}; known configs: {', '.join(CONFIGS)}")
+        if self.config_file:  # its configs are registered before the name is looked up
+            load_config_file(self.config_file)
+        get_config(self.name)  # an unknown name, said as the command line says it
+        datasets.BuilderConfig.__post_init__(self)
 
 
 def registry_builder_configs() -> list[Eagle3SynthConfig]:
     """One BuilderConfig per registered config, read from the registry each time it is asked."""
     return [
-        Eagle3SynthConfig(name=spec.name, source=spec.source, pattern=spec.pattern, description=spec.pattern)
+        Eagle3SynthConfig(name=spec.name, description=spec.pattern)
         for spec in CONFIGS.values()
     ]
 
@@ -80,13 +81,18 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
 
     config: Eagle3SynthConfig
 
-    def __init__(self, *args: Any, echo: Callable[[str], None] | None = print, **kwargs: Any):
-        """`echo` receives the end-of-generation summary and what the run holds (None: silent)."""
-        # A --config-file config must be registered before datasets looks its name up.
-        if kwargs.get("config_file"):
-            load_config_file(kwargs["config_file"])
-        if kwargs.get("config_name") is not None:
-            get_config(kwargs["config_name"])  # an unknown name, said as the command line says it
+    def __init__(self, *args: Any, config: Eagle3SynthConfig | None = None,
+                 echo: Callable[[str], None] | None = print, **kwargs: Any):
+        """`config`: the whole configuration (what `build` passes), else datasets' `config_name` and
+        config kwargs; `echo` receives the end-of-generation summary and what the run holds (None: silent)."""
+        self.given = config
+        if config is not None:
+            kwargs["config_name"] = config.name
+        else:  # a --config-file config must be registered before datasets looks its name up
+            if kwargs.get("config_file"):
+                load_config_file(kwargs["config_file"])
+            if kwargs.get("config_name") is not None:
+                get_config(kwargs["config_name"])
         self.echo = echo or (lambda line: None)
         self.generation_summary: RunSummary | None = None
         self.coverage: Coverage | None = None
@@ -100,14 +106,18 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
         return {config.name: config for config in registry_builder_configs()}
 
     def _create_builder_config(self, config_name=None, custom_features=None, config_id=None, **config_kwargs):
+        if self.given is not None:  # cached under an id of its settings, as datasets ids a config's kwargs
+            return self.given, self.given.create_config_id(
+                {f.name: getattr(self.given, f.name) for f in dataclasses.fields(GenerationSettings)})
         # datasets sets the kwargs on a copy of the registered config, past its __post_init__;
         # rebuilding it runs the checks on the settings actually given.
         config, config_id = super()._create_builder_config(config_name, custom_features, config_id, **config_kwargs)
         return dataclasses.replace(config), config_id
 
     def _info(self) -> datasets.DatasetInfo:
+        spec = get_config(self.config.name)  # the token pattern it teaches, its source dataset
         return datasets.DatasetInfo(
-            description=f"EAGLE-3 drafter training data: {self.config.pattern} (prompts from {self.config.source})",
+            description=f"EAGLE-3 drafter training data: {spec.pattern} (prompts from {spec.source})",
             features=FEATURES,
         )
 

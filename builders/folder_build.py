@@ -27,24 +27,21 @@ from eagle3_synth.errors import ConfigError, Eagle3SynthError
 from eagle3_synth.run.progress import Coverage
 from eagle3_synth.run.directory import RunDirectory
 from eagle3_synth.run.lock import ALIVE, DEAD, Holder, holder_state
-from eagle3_synth.run.settings import GenerationSettings
 
-from .eagle3_synth_builder import Eagle3Synth
+from .eagle3_synth_builder import Eagle3Synth, Eagle3SynthConfig
 
 OWNER_FILE = ".owner.json"  # in a staging folder: the build it belongs to (a `run.lock.Holder`)
 
 
 def build_config(
-    config: str,
+    settings: Eagle3SynthConfig,
     folder: str | Path,
-    settings: GenerationSettings,
     *,
-    partial: bool = False,
     overwrite: bool = False,
     echo: Callable[[str], None] = print,
     on_coverage: Callable[[Coverage], None] | None = None,
 ) -> tuple[int, list[Path]]:
-    """Generate (if `settings` say so) and assemble `config` through the builder, then install its
+    """Generate (if `settings` say so) and assemble its config through the builder, then install its
     Parquet files into `<folder>/<config>/` with run_info.json, and rewrite README.md; return
     (rows, files), the rows of both splits with `--validation`. `settings.run_dir` is the run
     directory (any fsspec URL).
@@ -53,19 +50,20 @@ def build_config(
     build from the run directory its rows came from, or with `overwrite` (`check_out_folder`: here
     before anything is generated or made, again under the folder's lock before installing).
     Assembling only (no model), a run that a generator is still writing is refused unless
-    `partial` (`_check_no_generator`).
+    `settings.partial` (`_check_no_generator`).
     `on_coverage` receives what the run holds (its failed samples, for the command's exit status).
     """
     from datasets.exceptions import DatasetGenerationError
+
+    config = settings.name
 
     folder = Path(folder)
     check_out_folder(folder, config, settings.run_dir, overwrite=overwrite)
     folder.mkdir(parents=True, exist_ok=True)
     if not settings.generates and settings.run_dir:
-        _check_no_generator(settings.run_dir, config, partial, echo)
+        _check_no_generator(settings.run_dir, config, settings.partial, echo)
     with _staging(folder, config) as staging:
-        builder = Eagle3Synth(config_name=config, cache_dir=str(staging / "cache"), echo=echo,
-                              partial=partial, **settings.to_kwargs())
+        builder = Eagle3Synth(config=settings, cache_dir=str(staging / "cache"), echo=echo)
         output_dir = str(staging / "out")
         try:
             with _datasets_progress_bars_off():  # a 100k-row tqdm bar is one huge line in batch logs
@@ -102,7 +100,7 @@ def _say_now(echo: Callable[[str], None], line: str) -> None:
 
 def assemble_config(run_dir: str, folder: str | Path, config: str) -> tuple[int, list[Path]]:
     """Assemble a config's generated run directory into the folder (no generation); (rows, files)."""
-    return build_config(config, folder, GenerationSettings(run_dir=run_dir), echo=lambda line: None)
+    return build_config(Eagle3SynthConfig(name=config, run_dir=run_dir), folder, echo=lambda line: None)
 
 
 def _check_no_generator(run_dir: str, config: str, partial: bool, echo: Callable[[str], None]) -> None:

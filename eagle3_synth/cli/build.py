@@ -73,7 +73,8 @@ def no_empty_folders_left(*folders: str) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = generation_settings(args, default_run_dir(args))
+    settings = generation_settings(args, default_run_dir(args), folder_builds().Eagle3SynthConfig, name=args.config,
+                                   partial=args.partial)
     check_output_folder(args.out, "--out")
     check_out_folder(args.out, args.config, settings.run_dir, overwrite=args.overwrite)
     if args.dry_run:
@@ -85,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
     failed: list[int] = []
     with no_empty_folders_left(args.out, settings.run_dir):
         try:
-            rows, files = folder_builds().build_config(args.config, args.out, settings, partial=args.partial,
-                                                       overwrite=args.overwrite,
+            rows, files = folder_builds().build_config(settings, args.out, overwrite=args.overwrite,
                                                        on_coverage=lambda coverage: failed.append(
                                                            coverage.finish_reasons.get("abort", 0)))
         except RunIncomplete as exc:

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from eagle3_synth.cli.options import add_generation_arguments, generation_settings, parse_key_value
 from eagle3_synth.dataset.folder import check_out_folder
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.exit_status import DONE, PROBLEMS
 from eagle3_synth.run.preflight import check_output_folder
-from eagle3_synth.run.settings import GenerationSettings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,8 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks = parser.add_argument_group("tasks (datatrove's executors)")
     tasks.add_argument("--executor", choices=EXECUTORS, default=E.executor, help=f"default {E.executor}")
     tasks.add_argument("--tasks", type=int, required=True, metavar="N", help="shards, one task each (one node each)")
-    # dest task_workers: `workers` is the builder's prompt-preparation processes, whose range (>= 1) the
-    # generation options are checked against (contract/ranges.py); datatrove's -1 means "all at once".
+    # dest task_workers: `workers` is the run configuration's prompt-preparation processes (>= 1), which
+    # `generation_settings` reads from the parsed arguments; datatrove's -1 means "all at once".
     tasks.add_argument("--workers", dest="task_workers", type=int, default=E.workers, metavar="N",
                        help="tasks running at once (default: all)")
     tasks.add_argument("--nodes-per-task", type=int, default=E.nodes_per_task, metavar="N",
@@ -119,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from eagle3_synth.cli.build import folder_builds
 
-        assemble = replace(GenerationSettings(), run_dir=settings.run_dir)
-        rows, files = folder_builds().build_config(args.config, args.out, assemble, overwrite=args.overwrite)
+        builds = folder_builds()
+        assemble = builds.Eagle3SynthConfig(name=args.config, run_dir=settings.run_dir)
+        rows, files = builds.build_config(assemble, args.out, overwrite=args.overwrite)
         print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
     return DONE

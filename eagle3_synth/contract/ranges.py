@@ -1,8 +1,8 @@
 """Every number option's range: one table (`RANGES`), one check, for the command line, the builder's
 kwargs, config files and the engines alike.
 
-Checked as soon as the values are known (the command line as it parses, `GenerationSettings` and
-the builder's config when made, the engines' options when an engine starts), so a typo fails in a
+Checked as soon as the values are known (the run configuration when made, every field by its name:
+the command line's and the builder's alike; the engines' options when an engine starts), so a typo fails in a
 second, not after hours. argparse reads "nan" and "inf" as floats, and a NaN temperature would be
 written into run.json and sent to the engine: a value must be finite. Sampling values also have a
 type (`contract/sampling.py: sampling_problem`).

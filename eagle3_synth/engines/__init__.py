@@ -4,7 +4,7 @@ which engine uses which option (`ENGINE_OPTIONS`), so an option no engine in use
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, Field, fields
 from importlib import import_module
 
 from eagle3_synth.errors import ConfigError
@@ -82,18 +82,19 @@ def check_engine(name: str, options: EngineOptions) -> None:
         getattr(import_module(module_name), function_name)(options)
 
 
-# The repeatable options whose settings field is named in the plural.
-_PLURAL_FIELDS = {"--engine-arg": "engine_args", "--url": "urls"}
+def option_name(setting: Field) -> str:
+    """A settings field's command-line name: its metadata's `option` `name` (`--url` for `urls`), else
+    the field's name with dashes (`--batch-size` for `batch_size`)."""
+    return setting.metadata.get("option", {}).get("name", f"--{setting.name.replace('_', '-')}")
 
 
 def options_given(settings: object) -> list[str]:
-    """The options of `ENGINE_OPTIONS` that a dataclass of settings (a field per option, named like
-    it: `--batch-size` is `batch_size`, `--engine-arg` is `engine_args`, `--url` is `urls`) holds at a
-    value other than the field's default, in the table's order."""
-    defaults = {f.name: f.default if f.default is not MISSING else f.default_factory()
-                for f in fields(settings) if f.default is not MISSING or f.default_factory is not MISSING}
-    names = {option: _PLURAL_FIELDS.get(option, option[2:].replace("-", "_")) for option in ENGINE_OPTIONS}
-    return [option for option, name in names.items() if name in defaults and getattr(settings, name) != defaults[name]]
+    """The options of `ENGINE_OPTIONS` that a dataclass of settings (a field per option, named by
+    `option_name`) holds at a value other than the field's default, in the table's order."""
+    given = {option_name(f) for f in fields(settings)
+             if (f.default is not MISSING or f.default_factory is not MISSING)
+             and getattr(settings, f.name) != (f.default if f.default is not MISSING else f.default_factory())}
+    return [option for option in ENGINE_OPTIONS if option in given]
 
 
 def check_options_used(engine: str, given: Iterable[str], uses: Mapping[str, tuple[str, ...]] = ENGINE_OPTIONS) -> None:
@@ -124,5 +125,6 @@ __all__ = [
     "check_engine",
     "check_options_used",
     "create_engine",
+    "option_name",
     "options_given",
 ]

@@ -26,7 +26,7 @@ from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.model_vocab import ModelVocab, check_model_and_tokenizer
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs
-from eagle3_synth.engines import Engine, EngineOptions, SamplingParams, create_engine
+from eagle3_synth.engines import Engine, SamplingParams, create_engine
 from eagle3_synth.errors import PromptError, Terminated
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
@@ -36,7 +36,8 @@ from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.preflight import check_before_loading, check_chat_template
 from eagle3_synth.run.replay_check import ReplayCheck
-from eagle3_synth.run.spec import RunOptions, RunSpec, SamplingSpec, spec_fields
+from eagle3_synth.run.settings import GenerationSettings
+from eagle3_synth.run.spec import RunSpec, SamplingSpec, spec_fields
 from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, check_held_out, stage, survey, within
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile, choose_profile, resolve_markers
 from eagle3_synth.run.progress import Progress, PromptCounts, RunSummary, StepNotes, run_label
@@ -91,7 +92,7 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _rollouts_to_do(run: RunDirectory, index: JournalIndex, options: RunOptions, summary: RunSummary
+def _rollouts_to_do(run: RunDirectory, index: JournalIndex, options: GenerationSettings, summary: RunSummary
                     ) -> tuple[RolloutStates, set[int]]:
     """Where this shard's rollouts stand, and the first sample ids of those with a turn to generate;
     counts the rest into the summary."""
@@ -155,13 +156,6 @@ def prompt_limit(spec: RunSpec, engine: Engine) -> tuple[int | None, str]:
     return ours, OUR_LIMIT
 
 
-def engine_options(spec: RunSpec, options: RunOptions) -> EngineOptions:
-    """The engine's options: the plumbing of `options`, with the model, tokenizer and replay file of the spec."""
-    return replace(options.engine_options, model=spec.model.model or options.engine_options.model,
-                   tokenizer=spec.model.tokenizer, trust_remote_code=spec.model.trust_remote_code,
-                   replay_file=spec.model.replay_file)
-
-
 @dataclass(frozen=True)
 class RunSetup:
     """What a run resolves from its tokenizer before anything is generated or prepared."""
@@ -180,7 +174,7 @@ class RunSetup:
         self.replay.close()
 
 
-def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory, *, keep_replay: bool = True) -> RunSetup:
+def run_setup(spec: RunSpec, options: GenerationSettings, run: RunDirectory, *, keep_replay: bool = True) -> RunSetup:
     """The tokenizer, profile, markers and chat templater: everything `generate` and `dry_run` need
     before prompts are prepared. Each of them runs `check_before_loading` (`preflight.py`) first.
 
@@ -196,7 +190,7 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory, *, keep_rep
     log.info("profile %s (%s)", profile.name, why)
     markers = resolve_markers(profile, tokenizer)
     # A tokenizer of another model is refused before anything runs; every id is checked against the size.
-    vocab = check_model_and_tokenizer(engine_options(spec, options).model, model.tokenizer, tokenizer,
+    vocab = check_model_and_tokenizer(options.engine_options(spec).model, model.tokenizer, tokenizer,
                                       trust_remote_code=model.trust_remote_code)
     params = _sampling_params(spec.sampling, markers, vocab.size)
     # Every record checked before the run directory is claimed (and kept for playback), beside what follows.
@@ -217,14 +211,14 @@ def run_setup(spec: RunSpec, options: RunOptions, run: RunDirectory, *, keep_rep
     return RunSetup(profile, markers, chat, vocab, params, replay)
 
 
-def run_meta(spec: RunSpec, options: RunOptions, setup: RunSetup) -> dict[str, Any]:
+def run_meta(spec: RunSpec, options: GenerationSettings, setup: RunSetup) -> dict[str, Any]:
     """What run.json records beside the fingerprinted fields: for assembly, the card and people."""
     model, chat = spec.model, setup.chat
     return {
         "markers": setup.markers.to_json(),
         "message_probe": chat.probe.outcomes if chat.probe else None,
         "engine": options.engine,
-        "model": _absolute(engine_options(spec, options).model),
+        "model": _absolute(options.engine_options(spec).model),
         "tokenizer": _absolute(model.tokenizer),
         "trust_remote_code": model.trust_remote_code,
         "vocab_size": setup.vocab.to_json(),  # what validate and publish check ids against
@@ -238,9 +232,9 @@ def run_meta(spec: RunSpec, options: RunOptions, setup: RunSetup) -> dict[str, A
     }
 
 
-def engine_description(spec: RunSpec, options: RunOptions) -> str:
+def engine_description(spec: RunSpec, options: GenerationSettings) -> str:
     """The engine a run would start, in words (a dry run's report)."""
-    engine = engine_options(spec, options)
+    engine = options.engine_options(spec)
     dtype = [f"dtype {engine.dtype}"] if engine.dtype else []  # the resolved one (engines/dtypes.py), never `auto`
     parts = {
         "transformers": [f"model {engine.model}", *dtype, f"device {engine.device or 'cpu'}",
@@ -252,7 +246,7 @@ def engine_description(spec: RunSpec, options: RunOptions) -> str:
     return f"{options.engine} ({', '.join(parts)})" if parts else options.engine
 
 
-def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
+def dry_run(spec: RunSpec, options: GenerationSettings) -> DryRun:
     """What `generate` would do, without an engine and without writing: the checks and the
     tokenizer of a real run, then the prompts prepared in memory (a new run) or where the run
     directory stands (one whose prompts are prepared already)."""
@@ -280,7 +274,7 @@ def dry_run(spec: RunSpec, options: RunOptions) -> DryRun:
     return report
 
 
-def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
+def generate(spec: RunSpec, options: GenerationSettings, *, progress_stream: TextIO | None = None) -> RunSummary:
     """Journal a result for every prompt of the shard that has none yet (or only errors, with
     `retry_errors`); stop handing out prompts at `max_hours`. Safe to re-run after any crash.
 
@@ -292,14 +286,14 @@ def generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | No
         return _generate(spec, options, progress_stream=progress_stream)
 
 
-def _start_engine(spec: RunSpec, options: RunOptions, setup: RunSetup, note: StepNotes) -> Engine:
+def _start_engine(spec: RunSpec, options: GenerationSettings, setup: RunSetup, note: StepNotes) -> Engine:
     """The run's engine; `replay` plays the records `run_setup` checked, without parsing the file again."""
     checked = setup.replay.result()  # awaited: a bad replay file starts no engine
     note(f"starting the engine: {engine_description(spec, options)}")
-    return create_engine(options.engine, replace(engine_options(spec, options), replay_checked=checked))
+    return create_engine(options.engine, replace(options.engine_options(spec), replay_checked=checked))
 
 
-def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | None = None) -> RunSummary:
+def _generate(spec: RunSpec, options: GenerationSettings, *, progress_stream: TextIO | None = None) -> RunSummary:
     started = time.monotonic()
     run = RunDirectory(options.run_dir)
     note = StepNotes(run_label(spec.config.name, str(options.shard)), progress_stream)
@@ -312,7 +306,7 @@ def _generate(spec: RunSpec, options: RunOptions, *, progress_stream: TextIO | N
         setup.close()
 
 
-def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setup: RunSetup, started: float,
+def _generate_set_up(spec: RunSpec, options: GenerationSettings, run: RunDirectory, setup: RunSetup, started: float,
                      note: StepNotes) -> RunSummary:
     deadline = None if options.max_hours is None else started + options.max_hours * 3600
     profile, markers, chat = setup.profile, setup.markers, setup.chat
@@ -375,7 +369,7 @@ def _generate_set_up(spec: RunSpec, options: RunOptions, run: RunDirectory, setu
                     starts = starting_turns(run.iter_prompts(keep=todo.__contains__), states, read, next_turns)
                     if engine.groups_prefixes:
                         starts = grouped_by_prefix(starts)
-                    feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.engine_options.priority)
+                    feed = TurnFeed(starts, deadline, stop_at_deadline, priority=options.priority == "turns-left")
                     for result in engine.generate(feed, setup.params):
                         turn = feed.take(result.sample_id, options.engine)
                         following = next_turns.after(turn, result.output_ids, result.finish_reason)

@@ -18,16 +18,8 @@ from typing import Any
 from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.engines import LOADS_MODEL, EngineOptions, check_engine
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.spec import RunOptions, RunSpec
-
-
-def check_plumbing(options: RunOptions) -> None:
-    """The numbers of how a run is run (the command line checks them too; the builder's kwargs
-    come here only)."""
-    engine = options.engine_options
-    check_ranges({"batch_size": engine.batch_size, "max_in_flight": engine.max_in_flight,
-                  "request_timeout": engine.request_timeout_s, "max_retries": engine.max_retries,
-                  "max_hours": options.max_hours, "workers": options.workers})
+from eagle3_synth.run.settings import GenerationSettings
+from eagle3_synth.run.spec import RunSpec
 
 
 def check_device(device: str | None) -> None:
@@ -193,17 +185,16 @@ def check_chat_template(tokenizer: Any, folder: str, option: str) -> None:
                               f"{exc.message}") from None
 
 
-def check_before_loading(spec: RunSpec, options: RunOptions) -> None:
+def check_before_loading(spec: RunSpec, options: GenerationSettings) -> None:
     """Everything checkable before the tokenizer and the engine load (module doc)."""
     sampling = spec.sampling
     check_ranges({"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k})
-    check_plumbing(options)
-    check_device(options.engine_options.device)
+    check_device(options.device)
     model = spec.model
     check_input_file(model.replay_file, "--replay")
     check_input_file(model.profile_file, "--profile-file")
     check_input_file(spec.prompts.prompts_file, "--prompts")
     for source in spec.prompts.selection.source_files:
         check_input_file(source, "--source-file")
-    check_model_and_engine(options.engine, model.model, options.engine_options)
+    check_model_and_engine(options.engine, model.model, options.engine_options(spec))
     check_output_folder(options.run_dir, "--run-dir")

@@ -1,4 +1,4 @@
-"""The run spec: every setting that determines a run's output, as typed dataclasses; and the plumbing.
+"""The run spec: every setting that determines a run's output, as typed dataclasses.
 
 `RunSpec` holds what decides the ids a run produces: the prompt plan, the model and tokenizer, the
 chat template's kwargs and date, the marker profile, the model's context, the engine args that change
@@ -6,10 +6,10 @@ what the model computes, sampling. Its fingerprint
 is derived from it field by field (`spec_identity`): each field enters as its value, or through the
 `identity` function in its metadata (a folder -> the digests of its files). A new field therefore
 reaches the fingerprint without a line to remember; `tests/run/test_spec.py` fails for one that
-does not. `RunOptions` is how one process runs it (run directory, engine and its connection
-settings, shard, budget, strictness): none of it changes what is sampled from (the engine, device,
-batch size and parallelism change at most float rounding, see `OUTPUT_ENGINE_ARGS`), so none of it is
-fingerprinted and a run can be resumed on other hardware.
+does not. How one process runs it (run directory, engine and its connection settings, shard,
+budget, strictness: the run configuration's fields that are not fingerprinted, `run/settings.py`)
+changes nothing that is sampled from (the engine, device, batch size and parallelism change at most
+float rounding, see `OUTPUT_ENGINE_ARGS`), so a run can be resumed on other hardware.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.digests import file_digest
-from eagle3_synth.engines.base import EngineOptions, check_sampling
+from eagle3_synth.engines.base import check_sampling
 from eagle3_synth.prompts.configs import DEFAULT_MAX_NEW_TOKENS
 from eagle3_synth.prompts.hygiene import HYGIENE_VERSION
 from eagle3_synth.prompts.prepare import max_prompt_tokens
 from eagle3_synth.prompts.selection import PromptPlan
 from eagle3_synth.prompts.turns import ConversationPlan
-from eagle3_synth.run.shards import Shard
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                     "special_tokens_map.json", "tokenizer.model", "tiktoken.model")
@@ -191,28 +190,3 @@ def spec_fields(spec: RunSpec) -> dict[str, Any]:
         "max_prompt_tokens": spec.max_prompt_tokens,
         "hygiene": HYGIENE_VERSION,
     }
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How this process runs a spec: never part of the fingerprint (no output id depends on it)."""
-
-    # Where results are journaled: a local path or any fsspec URL.
-    run_dir: str
-    # Engine name (engines.ENGINES) and its connection/plumbing settings (URLs, window, device...);
-    # the model, tokenizer and replay file are filled in from the spec.
-    engine: str = "transformers"
-    engine_options: EngineOptions = EngineOptions()
-    # This process's share of the samples.
-    shard: Shard = Shard()
-    # Stop handing out prompts after this many hours (resumable).
-    max_hours: float | None = None
-    # Generate again the samples whose earlier attempts failed.
-    retry_errors: bool = False
-    # The first rejected prompt stops the run instead of being skipped.
-    strict: bool = False
-    # Processes that template prompts (prompts.templaters.make_templater): 1, N or None (automatic).
-    workers: int | None = None
-    # Skip the check that the chat template reads each template kwarg's name (`prompts/template_kwargs.py`),
-    # for a template that reads one indirectly; reserved names and values are still checked.
-    template_kwarg_unchecked: bool = False

@@ -31,7 +31,8 @@ from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.prompts.held_out import run_validation, validation_conversations
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory, StagedPrompts
 from eagle3_synth.run.progress import PromptCounts, RunSummary
-from eagle3_synth.run.spec import RunOptions, RunSpec
+from eagle3_synth.run.settings import GenerationSettings
+from eagle3_synth.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,9 @@ class Prepared:
             yield rollout
 
 
-def _rollouts(spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: ChatTokenizers, prepared: Prepared,
-              limit: int | None, why: str, reject: Callable[[dict[str, Any]], None]) -> Iterator[PreparedPrompt]:
+def _rollouts(spec: RunSpec, options: GenerationSettings, chat: ChatTokenizer, chats: ChatTokenizers,
+              prepared: Prepared, limit: int | None, why: str, reject: Callable[[dict[str, Any]], None]
+              ) -> Iterator[PreparedPrompt]:
     preparation = Preparation(strict=options.strict, workers=options.workers, tokenizer_path=spec.model.tokenizer,
                               trust_remote_code=spec.model.trust_remote_code,
                               rejects_file=f"{options.run_dir}/{REJECTS_FILE}", too_long_reason=why)
@@ -85,7 +87,7 @@ def _polled(rollouts: Iterator[PreparedPrompt], poll: Callable[[], None]) -> Ite
         yield rollout
 
 
-def stage(run: RunDirectory, spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: ChatTokenizers,
+def stage(run: RunDirectory, spec: RunSpec, options: GenerationSettings, chat: ChatTokenizer, chats: ChatTokenizers,
           limit: tuple[int | None, str], reject: Callable[[dict[str, Any]], None], *,
           poll: Callable[[], None] | None = None) -> Prepared:
     """Prepare the prompts into the run directory's staging files (`RunDirectory.stage_prompts`).
@@ -107,7 +109,7 @@ def check_held_out(prepared: Prepared, fields: dict[str, Any]) -> None:
         validation_conversations(np.frombuffer(prepared.conversations, dtype=np.int64), validation, seed)
 
 
-def survey(spec: RunSpec, options: RunOptions, chat: ChatTokenizer, chats: ChatTokenizers,
+def survey(spec: RunSpec, options: GenerationSettings, chat: ChatTokenizer, chats: ChatTokenizers,
            limit: tuple[int | None, str], reject: Callable[[dict[str, Any]], None]) -> Prepared:
     """The same preparation, counted and written nowhere (a dry run)."""
     prepared = Prepared()

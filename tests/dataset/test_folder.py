@@ -16,7 +16,6 @@ from eagle3_synth.dataset.folder import (RUN_DIR_KEY, RUN_INFO_FILE, check_out_f
                                          install_config, is_our_card)
 from eagle3_synth.dataset.folder_lock import FOLDER_LOCK_FILE
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.run.settings import GenerationSettings
 
 from ..conftest import KIMI_TOKENIZER
 from ..support.cli_runs import write_replay
@@ -97,16 +96,16 @@ def test_a_config_not_recorded_or_from_another_run_is_replaced_only_with_overwri
 
 
 def test_the_python_builder_path_holds_the_same_rule(built, tmp_path):
-    from eagle3_synth_builders.folder_build import build_config
+    from eagle3_synth_builders.folder_build import Eagle3SynthConfig, build_config
 
-    settings = GenerationSettings(model=str(KIMI_TOKENIZER), engine="replay", replay=str(tmp_path / "replay.jsonl"),
-                                  run_dir=str(tmp_path / "run-py"))
+    settings = Eagle3SynthConfig(name=CONFIG, model=str(KIMI_TOKENIZER), engine="replay",
+                                 replay=str(tmp_path / "replay.jsonl"), run_dir=str(tmp_path / "run-py"))
     rows_before = [p.read_bytes() for p in config_files(built, CONFIG)]
     with pytest.raises(ConfigError, match=f"holds rows from the run directory {built / '.runs' / CONFIG}"):
-        build_config(CONFIG, built, settings, echo=lambda line: None)
+        build_config(settings, built, echo=lambda line: None)
     assert [p.read_bytes() for p in config_files(built, CONFIG)] == rows_before
     assert not (tmp_path / "run-py").exists()  # refused before anything ran
-    rows, _ = build_config(CONFIG, built, settings, overwrite=True, echo=lambda line: None)
+    rows, _ = build_config(settings, built, overwrite=True, echo=lambda line: None)
     assert rows == 6
     assert json.loads((built / CONFIG / RUN_INFO_FILE).read_text())[RUN_DIR_KEY] == str(tmp_path / "run-py")
 

@@ -17,7 +17,7 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
 from eagle3_synth.run.fingerprint import fingerprint
-from eagle3_synth.run.spec import ModelSpec, RunOptions, RunSpec, SamplingSpec, spec_fields
+from eagle3_synth.run.spec import ModelSpec, RunSpec, SamplingSpec, spec_fields
 
 from ..conftest import KIMI_TOKENIZER, QWEN_TOKENIZER, TINY_MODEL
 from ..support.prompt_cases import fixture_files
@@ -134,12 +134,26 @@ def test_a_changed_file_changes_the_fingerprint(files):
     assert fingerprint(spec_fields(spec)) != before
 
 
-def test_plumbing_is_not_in_the_spec():
-    spec_names = {f.name for cls in (RunSpec, ModelSpec, SamplingSpec, PromptPlan, PromptSelection)
-                  for f in dataclasses.fields(cls)}
-    plumbing = {f.name for f in dataclasses.fields(RunOptions)}
-    assert not spec_names & plumbing
-    assert {"run_dir", "engine", "shard", "max_hours", "retry_errors", "strict", "workers"} <= plumbing
+def test_the_options_that_are_not_fingerprinted_change_no_field_of_it(files):
+    """Each option whose field says it does not enter the fingerprint (its metadata, run/settings.py)
+    leaves the spec as it is: a run can be resumed with another value of any of them."""
+    from eagle3_synth.run.settings import GenerationSettings
+
+    plumbing = {f.name for f in dataclasses.fields(GenerationSettings)
+                if "option" in f.metadata and not f.metadata["option"]["fingerprint"]}
+    changes = [{"template_kwarg_unchecked": True, "strict": True, "batch_size": 1, "device": "cpu"},
+               {"engine": "sglang", "max_in_flight": 4, "priority": "turns-left", "max_retries": 2},
+               {"engine": "sglang-http", "urls": ("http://127.0.0.1:1",), "request_timeout": 60.0},
+               {"run_dir": "elsewhere", "num_shards": 2, "shard_index": 1, "max_hours": 1.0, "retry_errors": True}]
+    assert {name for change in changes for name in change} == plumbing
+
+    def fields_of(**settings):
+        return spec_fields(GenerationSettings(model=files["model"], prompts=files["prompts"], **settings)
+                           .run_spec("B1_glaive"))
+
+    base = fields_of()
+    for change in changes:
+        assert fields_of(**change) == base, change
 
 
 def test_engine_args_that_change_what_the_model_computes_are_fingerprinted_and_the_others_not(files):
@@ -177,8 +191,9 @@ def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
     casts = {dtype: fingerprint(spec_fields(spec_of(engine="sglang", dtype=dtype))) for dtype in ("bfloat16", "float16")}
     assert len(set(casts.values()) | {fingerprint(spec_fields(base))}) == 3
     assert spec_fields(spec_of(engine="sglang", dtype="bfloat16"))["model"]["dtype"] == "bfloat16"
-    options = GenerationSettings(model=files["model"], prompts=files["prompts"], engine="sglang").run_options("RUN")
-    assert options.engine_options.dtype == "float32"  # passed explicitly, never left to the engine
+    spec, settings = GenerationSettings(model=files["model"], prompts=files["prompts"], engine="sglang").resolve(
+        "B1_glaive", "RUN")
+    assert settings.engine_options(spec).dtype == "float32"  # passed explicitly, never left to the engine
     with pytest.raises(ConfigError, match=r"--engine-arg dtype=float16: give --dtype instead"):
         spec_of(engine="sglang", engine_args={"dtype": "float16"})
     with pytest.raises(ConfigError, match=r"--dtype must be one of bfloat16, float16, float32, got 'auto' "

@@ -80,8 +80,8 @@ class HiddenStatesOptions:
     # Who computes the states: transformers (here, `device`/`device_map`), or SGLang in this process
     # (`sglang`, with `engine_args`) or the servers at `urls` (`sglang-http`): sglang_capture.py.
     engine: str = "transformers"
-    urls: tuple[str, ...] = ()
-    engine_args: dict[str, Any] = field(default_factory=dict)
+    urls: tuple[str, ...] = field(default=(), metadata={"option": {"name": "--url"}})
+    engine_args: dict[str, Any] = field(default_factory=dict, metadata={"option": {"name": "--engine-arg"}})
     # sglang engines: rows in flight at once (each holds its states until written).
     max_in_flight: int = 32
     # sglang engines: how the states reach this process: "files" SGLang's hook writes into
