@@ -15,7 +15,6 @@ raises instead and stays unfinished; the next launch runs it again and it resume
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import replace
 from typing import Any
@@ -24,7 +23,6 @@ from datatrove.pipeline.base import PipelineStep
 
 from eagle3_synth.errors import RunIncomplete
 from eagle3_synth.run.generate import generate
-from eagle3_synth.run.kill_points import KILL_ENV
 from eagle3_synth.run.settings import GenerationSettings
 
 from eagle3_synth.cluster.shard_status import shard_statuses
@@ -40,15 +38,8 @@ class GenerateShard(PipelineStep):
         super().__init__()
         self.config = config
         self.settings = settings
-        # The crash-test hook (run/kill_points.py) of the launching process travels with the step:
-        # executors start tasks in environments of their own (a Ray worker's is the raylet's).
-        self.kill_at = os.environ.get(KILL_ENV)
 
     def run(self, data: Any = None, rank: int = 0, world_size: int = 1) -> None:
-        if self.kill_at:
-            os.environ[KILL_ENV] = self.kill_at
-        else:
-            os.environ.pop(KILL_ENV, None)
         if not logging.getLogger().handlers:  # launch_pickled_pipeline configures no logging of ours
             logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
         settings = replace(self.settings, shard_index=rank, num_shards=world_size)

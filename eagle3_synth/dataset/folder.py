@@ -14,7 +14,7 @@ contents, so a rebuilt folder changes that hash and loads its own rows.
 
 Builds of several configs into one folder run at once (one command per config): each installs its
 config and rewrites README.md, run_info.json and the config's folder under the folder's lock
-(`folder_lock.py`), and README.md is rendered inside it from the files then on disk, so the
+(`run/lock.py`), and README.md is rendered inside it from the files then on disk, so the
 last build to write it lists every config installed before -- none is lost to a race.
 
 A build writes into a folder that is new, empty, or holds only what eagle3-synth writes there
@@ -41,11 +41,11 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.files import temporary_name, write_text_whole
 from eagle3_synth.timestamps import utc_timestamp
 from eagle3_synth.dataset.card import CARD_MARKER, config_data_files, display_name, render_card
-from eagle3_synth.dataset.folder_lock import FOLDER_LOCK_FILE, folder_lock
 from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_bytes, parquet_rows
 from eagle3_synth.prompts.held_out import SPLITS
 from eagle3_synth.run.directory import RUN_FILE, RUNS_DIR, run_dir_under
 from eagle3_synth.run.kill_points import kill_point
+from eagle3_synth.run.lock import FOLDER_LOCK_FILE, folder_lock
 
 RUN_INFO_FILE = "run_info.json"
 

@@ -54,7 +54,6 @@ from eagle3_synth.run.fingerprint import _differences, fingerprint
 from eagle3_synth.run.journal import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS, JOURNAL_DIR, JOURNAL_FORMAT, JournalIndex, JournalWriter, new_session_id, scan_journal
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.lock import Holder, ShardLock, shard_locks
-from eagle3_synth.run.lock_stores import FsspecStore, LocalStore
 from eagle3_synth.run.shards import Shard
 log = logging.getLogger(__name__)
 
@@ -134,20 +133,17 @@ class RunDirectory:
         return posixpath.join(self.root, *parts)
 
     # -- locks ---------------------------------------------------------------------------------
-    def _lock_store(self) -> LocalStore | FsspecStore:
-        return LocalStore() if self.on_local_disk else FsspecStore(self.fs)
-
     def lock(self, shard: Shard = Shard()) -> ShardLock:
         """The lock a generator of `shard` holds (`with run.lock(shard): ...`): a second generator of
-        the same (or an overlapping) shard is refused naming the holder (`lock.py`)."""
+        the same shard is refused naming the holder (`lock.py`)."""
         if not self.on_local_disk:
             self.fs.makedirs(self.root, exist_ok=True)
-        return ShardLock(self._lock_store(), self.root, self.url, shard)
+        return ShardLock(self.fs, self.root, self.url, shard)
 
     def generators(self) -> list[tuple[Shard, Holder, str]]:
         """The shards being generated now, as their locks say: (shard, holder, state), state "alive"
         or "unknown" (a holder on another host, which this one cannot check)."""
-        return shard_locks(self._lock_store(), self.root)
+        return shard_locks(self.fs, self.root)
 
     def _read_json(self, name: str) -> dict[str, Any]:
         """A JSON file of the run; a damaged one (a torn copy, an edit) is a one-line ConfigError naming it."""

@@ -1,54 +1,51 @@
-"""Shard locks: one generator per shard of a run directory.
+"""Locks: one generator per shard of a run directory, one writer at a time in a dataset folder.
 
-**Shard locks** (`ShardLock`, taken by `run.generate.generate` through `RunDirectory.lock`). While
-a process generates shard I of N into a run directory it holds `<run_dir>/.shard-I-of-N.lock`, a
-small JSON file naming it: host, pid, PID namespace, the process's start time, since when, and a
-random token. A second generator of the same shard is refused with a one-line `LockHeld` naming
-the holder's host, pid and start; different shards of one run directory (`--num-shards`, many
-nodes) hold different files and run at once. Shard counts may change between runs, so a lock also
-refuses to run beside a live lock of an *overlapping* shard of another count (I of N and J of M
-share conversations iff I = J mod gcd(N, M)): the new lock is created first, then the others are
-listed, so of two overlapping generators starting together at least one is refused (possibly
-both; run one again), never neither. The lock is released on every way out that Python sees
-(exit, error, Ctrl-C, SIGTERM); a SIGKILL, OOM kill or crash leaves it behind:
+**Shard locks** (`ShardLock`, taken through `RunDirectory.lock`). While a process generates shard I
+of N it holds `<run_dir>/.shard-I-of-N.lock`, a small JSON file naming it (host, pid, PID namespace,
+process start, since when, lease, a random token); a second generator of that shard is refused with
+one line naming it. Other shards, of any count, run at once: a sample generated twice is kept once
+(the journal, `directory.py`). The lock is released on every way out Python sees; a SIGKILL, OOM
+kill or crash leaves it behind, and the next generator takes it over when its holder is gone:
 
-- held by a process of *this* host (same hostname and PID namespace) that is gone -- no such pid,
-  a zombie, or a pid reused by a process that started at another time (`/proc/PID/stat`) -- the
-  lock is stale and the next generator takes it over: under a guard file `<lock>.takeover`,
-  created the same exclusive way, it reads the lock again and removes it only if it still holds
-  the dead holder's token, then creates its own. Of several processes that found the same dead
-  lock, exactly one takes it; the others are refused naming the winner.
-- held on *another* host, or in another PID namespace (another container), the holder cannot be
-  checked from here: it is taken over only once its lease has expired (`lease.py`: the holder
-  renews its lock every minute; ten minutes without a renewal and it is gone, e.g. a lost node
-  whose Slurm task was requeued elsewhere). Until then the error names the file to remove once you
-  have checked that the process is gone.
+- on *this* host (same hostname and PID namespace): no such pid, a zombie, or the pid of a process
+  started at another time (`/proc/PID/stat`). Under a guard `<lock>.takeover` the taker reads the
+  lock again and replaces it only if it still names the dead holder: exactly one of several wins.
+- on *another* host or container, which cannot be checked from here: once its lease expired. The
+  holder stamps its lock every lease / 10 s; one unstamped for a lease (10 min: a lost node, its
+  Slurm task requeued elsewhere) is taken over, its age read on the store's clock (a probe file's
+  stamp minus the lock's), never a node's.
 
-Assembly takes no lock: `build` without a model lists the live locks (`RunDirectory.generators`) and
-refuses a run still being generated, or with `--partial` builds from what is journaled so far (the
-journal is append-only, so that is a consistent earlier state) and says so (builders/folder_build.py).
+Exclusive creation: `O_EXCL` on a local disk or NFS; mode "xb" on fsspec stores, which s3fs and
+gcsfs >= 2024.12 send as a conditional write (s3fs core.py `S3File.commit`: `If-None-Match: *`;
+gcsfs core.py: `ifGenerationMatch=0`). A backend refusing "xb" gets check-then-write, best effort
+(the token read back catches an overwritten writer); a duplicate generator costs work, never data.
 
-What "exclusive" means on each store is in `lock_stores.py`: exclusive on local disks (and NFS)
-and on S3/GCS through s3fs/gcsfs >= 2024.12; best effort on other fsspec stores.
+**The folder lock** (`folder_lock`): builds into one `--out` install their config and rewrite
+README.md one at a time, so every config ends up listed. `fcntl.flock` on `<folder>/.eagle3-synth.lock`,
+released by the kernel however the process dies (never stale); the file stays (unlinking it races
+with a waiter) and is never published.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import posixpath
 import re
 import secrets
 import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fsspec import AbstractFileSystem
 
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.kill_points import kill_point
-from eagle3_synth.run.lease import LEASE_SECONDS, Heartbeat, expired
-from eagle3_synth.run.lock_stores import FsspecStore, LocalStore
 from eagle3_synth.run.shards import Shard
 from eagle3_synth.timestamps import utc_timestamp
 
@@ -58,6 +55,9 @@ _SHARD_LOCK = re.compile(r"\.shard-(\d+)-of-(\d+)\.lock")
 GUARD_SUFFIX = ".takeover"
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 TAKEOVER_PATIENCE = 30.0  # seconds to wait for another process taking the same dead lock over
+LEASE_SECONDS = 600.0  # ten stamps fit in it: a briefly stalled store does not expire a live lock
+RENEWALS_PER_LEASE = 10
+FOLDER_LOCK_FILE = ".eagle3-synth.lock"
 
 
 class LockHeld(ConfigError):
@@ -68,7 +68,6 @@ def shard_lock_name(shard: Shard) -> str:
     return f".shard-{shard.index}-of-{shard.count}.lock"
 
 
-# -- who holds a lock ---------------------------------------------------------------------------
 def _pid_namespace() -> str | None:
     try:
         return os.readlink("/proc/self/ns/pid")
@@ -77,8 +76,7 @@ def _pid_namespace() -> str | None:
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of a process, from /proc (Linux); None elsewhere.
-    Fields after the `(comm)`, which may hold spaces: state is field 3, starttime field 22 (proc(5))."""
+    """(state, start in clock ticks since boot) of a process: fields 3 and 22 of /proc/PID/stat (proc(5))."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()
@@ -97,7 +95,7 @@ class Holder:
     token: str
     pid_namespace: str | None = None
     process_start: int | None = None  # clock ticks since boot: tells a reused pid from the holder
-    lease: float = LEASE_SECONDS  # seconds without a renewal after which the lock is expired (`lease.py`)
+    lease: float = LEASE_SECONDS  # seconds without a stamp after which the lock is expired
 
     @classmethod
     def me(cls, lease: float = LEASE_SECONDS) -> "Holder":
@@ -140,35 +138,111 @@ def holder_state(holder: Holder) -> str:
     return ALIVE
 
 
-Store = LocalStore | FsspecStore
+class LockStore:
+    """Lock files on the run directory's filesystem: exclusive create (module docstring), read, stamp, age."""
+
+    def __init__(self, fs: AbstractFileSystem):
+        self.fs = fs
+        self.local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        self.created: list[str] = []  # local folders a create made, deepest first (`remove_created`)
+
+    def create(self, path: str, data: bytes) -> bool:
+        if not self.local:
+            try:
+                with self.fs.open(path, "xb") as handle:
+                    handle.write(data)
+            except FileExistsError:
+                return False
+            except (ValueError, NotImplementedError):  # a backend that refuses mode "xb": check, then write
+                if self.fs.exists(path):
+                    return False
+                self.fs.pipe_file(path, data)
+            return True
+        for attempt in range(3):
+            folder = os.path.dirname(path)
+            while folder and not os.path.isdir(folder):
+                self.created.append(folder)
+                folder = os.path.dirname(folder)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                break
+            except FileExistsError:
+                return False
+            except FileNotFoundError:  # its folder was removed meanwhile (`remove_created` of a failed run)
+                if attempt == 2:
+                    raise
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return True
+
+    def read(self, path: str) -> bytes | None:
+        self.fs.invalidate_cache(path)
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+
+    def remove(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def names(self, directory: str) -> list[str]:
+        self.fs.invalidate_cache(directory)
+        try:
+            return [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(directory, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def touch(self, path: str) -> None:
+        """Stamp `path` now: `utime` on a local disk (NFS: the server's time); object stores: write it again."""
+        if self.local:
+            os.utime(path)
+        elif (data := self.read(path)) is not None:
+            self.fs.pipe_file(path, data)
+
+    def age(self, path: str) -> float | None:
+        """Seconds since `path` was stamped, on the store's clock; None if absent or the store keeps no times."""
+        try:
+            then = self.fs.modified(path)
+            probe = f"{path}.{secrets.token_hex(4)}.clock"
+            self.fs.pipe_file(probe, b"")
+            try:
+                return (self.fs.modified(probe) - then).total_seconds()
+            finally:
+                self.remove(probe)
+        except (FileNotFoundError, NotImplementedError):
+            return None
+
+    def lock_state(self, path: str, holder: Holder) -> str:
+        """`holder_state`, with a holder this host cannot check DEAD once its lease has expired."""
+        state = holder_state(holder)
+        age = self.age(path) if state == UNKNOWN else None
+        return DEAD if age is not None and age > holder.lease else state
+
+    def remove_created(self) -> None:
+        """Remove the folders `create` made if they are empty again: a command refused or failed
+        before writing anything leaves no empty run directory behind."""
+        for folder in self.created:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break  # not empty: someone else's files, or our own results
+        self.created = []
 
 
-def lock_state(store: Store, path: str, holder: Holder) -> str:
-    """`holder_state`, with a holder this host cannot check DEAD once its lease has expired."""
-    state = holder_state(holder)
-    if state == UNKNOWN and expired(store.age(path), holder.lease):
-        return DEAD
-    return state
-
-
-def _overlap(a: Shard, b: Shard) -> bool:
-    """Whether two shards of any counts own a common conversation id (CRT: I = J mod gcd(N, M))."""
-    return a.index % math.gcd(a.count, b.count) == b.index % math.gcd(a.count, b.count)
-
-
-# -- the shard lock -----------------------------------------------------------------------------
 class ShardLock:
     """The lock of one shard of a run directory: `with run.lock(shard): ...` (module docstring)."""
 
-    def __init__(self, store: Store, root: str, url: str, shard: Shard, lease: float = LEASE_SECONDS):
-        self.store, self.root, self.url, self.shard = store, root, url, shard
-        self.path = posixpath.join(root, shard_lock_name(shard))
+    def __init__(self, fs: AbstractFileSystem, root: str, url: str, shard: Shard, lease: float = LEASE_SECONDS):
+        self.store, self.url, self.shard = LockStore(fs), url, shard
+        self.path, self.shown = (posixpath.join(place, shard_lock_name(shard)) for place in (root, url))
         self.holder = Holder.me(lease)
         self.held = False
-        self._heartbeat: Heartbeat | None = None
-
-    def _shown(self, path: str) -> str:
-        return posixpath.join(self.url, posixpath.basename(path))
+        self._stopped = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def _read(self, path: str) -> Holder | None:
         return Holder.from_bytes(self.store.read(path))
@@ -180,118 +254,92 @@ class ShardLock:
         found = self._read(path)
         return found is not None and found.token == self.holder.token
 
-    def _refusal(self, holder: Holder, path: str, shard: Shard) -> LockHeld:
-        where = f"run directory {self.url} ({shard})"
-        lock = f"(lock {self._shown(path)}{', which overlaps ' + str(self.shard) if shard != self.shard else ''})"
+    def _refusal(self, holder: Holder) -> LockHeld:
+        where, lock = f"run directory {self.url} ({self.shard})", f"(lock {self.shown})"
         if holder_state(holder) == UNKNOWN:
-            lease = f"; it is taken over once {holder.lease:g} s pass without the holder renewing it"
-            return LockHeld(f"{where} is locked by {holder}, which this host cannot check {lock}{lease}; if that "
-                            f"process is gone (check on host {holder.host}), remove {self._shown(path)} and run again")
+            return LockHeld(f"{where} is locked by {holder}, which this host cannot check {lock}; it is taken over "
+                            f"once {holder.lease:g} s pass without the holder renewing it; if that process is gone "
+                            f"(check on host {holder.host}), remove {self.shown} and run again")
         return LockHeld(f"{where} is being generated by {holder} {lock}; wait for it to finish, or stop it")
 
     def acquire(self) -> None:
-        deadline, busy = time.monotonic() + TAKEOVER_PATIENCE, None
-        while True:
-            if self._create(self.path):
-                break
-            current = self._read(self.path)
-            if current is None and self.store.read(self.path):  # there, but not a lock this package wrote whole
-                raise LockHeld(f"run directory {self.url} ({self.shard}): the lock {self._shown(self.path)} cannot "
+        deadline = time.monotonic() + TAKEOVER_PATIENCE
+        while not self._create(self.path):
+            data = self.store.read(self.path)
+            current = Holder.from_bytes(data)
+            if current is None and data:  # there, but not a lock this package wrote whole
+                raise LockHeld(f"run directory {self.url} ({self.shard}): the lock {self.shown} cannot "
                                "be read; if no process is generating this shard, remove it and run again")
-            if current is not None and lock_state(self.store, self.path, current) != DEAD:
-                raise self._refusal(current, self.path, self.shard)
+            if current is not None and self.store.lock_state(self.path, current) != DEAD:
+                raise self._refusal(current)
             if current is not None:
                 kill_point("lock.stale")
-                taken, busy = self._take_over(self.path, current)
-                if taken:
+                if self._take_over(current):
                     log.warning("%s: took over the lock of %s, which is gone (its process ended, or its lease "
                                 "expired)", self.shard, current)
                     break
-            # The lock vanished between our create and our read, or another process is taking the same
-            # dead lock over (a guard held for a read, a remove and a create): look again shortly.
+            # Being created (empty yet), vanished between our create and our read, or another process is
+            # taking the same dead lock over (a guard held for a read, a remove and a create): look again.
             if time.monotonic() > deadline:
-                guard = self._shown(self.path + GUARD_SUFFIX)
-                raise LockHeld(f"run directory {self.url} ({self.shard}): the lock {self._shown(self.path)} kept "
-                               "changing while this process tried to take it" +
-                               (f" ({busy} holds {guard}; if that process is gone, remove {guard})" if busy else "") +
-                               "; run again")
+                raise LockHeld(f"run directory {self.url} ({self.shard}): the lock {self.shown} kept "
+                               "changing while this process tried to take it; run again")
             time.sleep(0.02)
         self.held = True
-        self._check_overlapping()
-        self._heartbeat = Heartbeat(self.renew, self.holder.lease).start()
+        self._stopped.clear()
+        self._heartbeat = threading.Thread(target=self._beat, name="shard-lock-lease", daemon=True)
+        self._heartbeat.start()
 
-    def renew(self) -> None:
-        """Stamp the lock now if it still names this process (the heartbeat's beat, `lease.py`)."""
-        if self.held and (current := self._read(self.path)) is not None and current.token == self.holder.token:
-            self.store.touch(self.path)
-
-    def _take_over(self, path: str, stale: Holder) -> tuple[bool, Holder | None]:
-        """Replace the dead `stale` holder's lock at `path` with ours (none for another shard's path),
-        under its guard: (True, None) when done; (False, the guard's holder or None) to look again.
-        Raises LockHeld when another process holds `path` now."""
-        guard = path + GUARD_SUFFIX
+    def _take_over(self, stale: Holder) -> bool:
+        """Replace the dead holder's lock with ours under its guard: True when done, False to look again."""
+        guard = self.path + GUARD_SUFFIX
         if not self._create(guard):
             other = self._read(guard)
-            if other is not None and lock_state(self.store, guard, other) == DEAD:
+            if other is not None and self.store.lock_state(guard, other) == DEAD:
                 raise LockHeld(f"run directory {self.url} ({self.shard}): {other} died while taking over the stale "
-                               f"lock {self._shown(path)}; remove {self._shown(guard)} and run again")
-            return False, other
+                               f"lock {self.shown}; remove {self.shown + GUARD_SUFFIX} and run again")
+            return False
         try:
-            current = self._read(path)
+            current = self._read(self.path)
             if current is not None and current.token != stale.token:
-                raise self._refusal(current, path, self.shard)
+                raise self._refusal(current)
             if current is not None:
-                self.store.remove(path)
-            if path == self.path and not self._create(path):  # a plain create slipped in after the removal
-                current = self._read(path)
-                if current is None:
-                    return False, None
-                raise self._refusal(current, path, self.shard)
-            return True, None
+                self.store.remove(self.path)
+            if self._create(self.path):
+                return True
+            if (current := self._read(self.path)) is None:  # another create slipped in after the removal,
+                return False  # still being written, or gone again: look again
+            raise self._refusal(current)
         finally:
             self._remove_if_ours(guard)
 
-    def _check_overlapping(self) -> None:
-        """Refuse beside a live lock of an overlapping shard of another count; clear dead ones."""
-        for name in sorted(self.store.names(self.root)):
-            match = _SHARD_LOCK.fullmatch(name)
-            if match is None:
-                continue
-            index, count = (int(group) for group in match.groups())
-            other = Shard(index, count) if 0 <= index < count else None
-            if other is None or other == self.shard or not _overlap(other, self.shard):
-                continue
-            path = posixpath.join(self.root, name)
-            holder = self._read(path)
-            if holder is not None and lock_state(self.store, path, holder) == DEAD:
-                try:
-                    self._take_over(path, holder)  # clears a dead layout's lock
-                except LockHeld:
-                    pass  # someone else got there first: read again what it holds now
-                holder = self._read(path)
-            if holder is None or lock_state(self.store, path, holder) == DEAD:
-                continue
-            self.release()
-            raise self._refusal(holder, path, other)
+    def _beat(self) -> None:
+        """Stamp the lock every lease / 10 s while it names this process, until released."""
+        while not self._stopped.wait(self.holder.lease / RENEWALS_PER_LEASE):
+            try:
+                if (current := self._read(self.path)) is not None and current.token == self.holder.token:
+                    self.store.touch(self.path)
+            except Exception as exc:  # noqa: BLE001 - a store hiccup: the next beat tries again
+                log.warning("could not renew the shard lock's lease: %s", exc)
 
     def _remove_if_ours(self, path: str) -> bool:
         current = self._read(path)
-        if current is not None and current.token == self.holder.token:
+        ours = current is not None and current.token == self.holder.token
+        if ours:
             self.store.remove(path)
-            return True
-        return False
+        return ours
 
     def release(self) -> None:
+        self._stopped.set()
         if self._heartbeat is not None:
-            self._heartbeat.stop()
+            self._heartbeat.join()
             self._heartbeat = None
         if not self.held:
             return
         self.held = False
         if not self._remove_if_ours(self.path):
             log.warning("%s: the lock %s no longer names this process (removed or replaced by hand?); left as is",
-                        self.shard, self._shown(self.path))
-        if isinstance(self.store, LocalStore):
+                        self.shard, self.shown)
+        if self.store.local:
             self.store.remove_created()
 
     def __enter__(self) -> "ShardLock":
@@ -302,17 +350,50 @@ class ShardLock:
         self.release()
 
 
-def shard_locks(store: Store, root: str) -> list[tuple[Shard, Holder, str]]:
+def shard_locks(fs: AbstractFileSystem, root: str) -> list[tuple[Shard, Holder, str]]:
     """Every shard lock in a run directory whose holder is not known to be dead: (shard, holder, state)."""
-    found = []
+    store, found = LockStore(fs), []
     for name in sorted(store.names(root)):
         match = _SHARD_LOCK.fullmatch(name)
-        path = posixpath.join(root, name)
-        holder = Holder.from_bytes(store.read(path)) if match else None
-        if match is None or holder is None:
+        if match is None or int(match[1]) >= int(match[2]):
             continue
-        state = lock_state(store, path, holder)
-        index, count = (int(group) for group in match.groups())
-        if state != DEAD and 0 <= index < count:
-            found.append((Shard(index, count), holder, state))
+        path = posixpath.join(root, name)
+        holder = Holder.from_bytes(store.read(path))
+        if holder is not None and (state := store.lock_state(path, holder)) != DEAD:
+            found.append((Shard(int(match[1]), int(match[2])), holder, state))
     return found
+
+
+_held_folders = threading.local()
+
+
+@contextmanager
+def folder_lock(folder: str | Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the folder's lock, waiting for another holder (`on_wait` hears a line naming it); re-entrant."""
+    import fcntl
+
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    held: set[str] = _held_folders.__dict__.setdefault("paths", set())
+    if key in held:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / FOLDER_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = Holder.from_bytes(os.pread(fd, 4096, 0))
+            if on_wait is not None:
+                on_wait(f"waiting for {other or 'another process'} to finish writing into {folder}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, Holder.me().to_bytes(), 0)
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+    finally:
+        os.close(fd)  # releases the flock

@@ -16,11 +16,10 @@ from pathlib import Path
 
 from eagle3_synth import cli
 from eagle3_synth.cli import EXIT_INTERRUPTED, main
-from eagle3_synth.run.kill_points import KILL_ENV
 
 from ..support.built_datasets import KIMI_CONFIG
 from ..support.cli_processes import config_rows, replay_inputs
-from ..support.process_control import HANG, is_stopped, wait_until
+from ..support.process_control import HANG, stopped_at
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "eagle3-synth"
 SAMPLES = 12
@@ -29,19 +28,7 @@ CONTINUES = "run the same command again to continue"
 
 def ctrl_c_at(argv: list[str], kill_at: str, log: Path) -> tuple[int, str]:
     """`eagle3-synth ARGV`, stopped at `kill_at`, then sent SIGINT and continued: (status, what it printed)."""
-    with open(log, "wb") as handle:
-        process = subprocess.Popen([str(CONSOLE_SCRIPT), *argv], stdout=handle, stderr=subprocess.STDOUT,
-                                   env={**os.environ, KILL_ENV: f"{kill_at}:STOP"})
-    try:
-        wait_until(lambda: is_stopped(process.pid) or process.poll() is not None, f"the command to stop at {kill_at}")
-        assert process.poll() is None, f"it ended before {kill_at}:\n{log.read_text()}"
-        os.kill(process.pid, signal.SIGINT)
-        os.kill(process.pid, signal.SIGCONT)
-        code = process.wait(HANG)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    code = stopped_at([str(CONSOLE_SCRIPT), *argv], kill_at, log, lambda process: os.kill(process.pid, signal.SIGINT))
     return code, log.read_text()
 
 

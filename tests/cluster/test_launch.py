@@ -19,6 +19,7 @@ from eagle3_synth.run.kill_points import KILL_ENV
 from ..support.built_datasets import KIMI_CONFIG
 from ..support.cli_processes import config_rows, replay_inputs
 from ..support.cli_runs import run_cli
+from ..support.process_control import finish, start_cli
 from .waiting import generating_processes, poll, stopped
 
 TASKS = 4  # 30 samples: shards 0 and 1 get 8, shards 2 and 3 get 7
@@ -60,9 +61,30 @@ def unsharded(tmp_path, kimi_tokenizer):
     return generation, config_rows(tmp_path / "single")
 
 
+def launch_argv(generation: list[str], run_dir: Path, executor: str, *extra: str) -> list[str]:
+    return ["launch", KIMI_CONFIG, *generation, "--run-dir", str(run_dir), "--tasks", str(TASKS),
+            *executor_options(executor), *extra]
+
+
 def launch(generation: list[str], run_dir: Path, executor: str, capsys, *extra: str) -> tuple[int, str]:
-    return run_cli(["launch", KIMI_CONFIG, *generation, "--run-dir", str(run_dir), "--tasks", str(TASKS),
-                    *executor_options(executor), *extra], capsys)
+    return run_cli(launch_argv(generation, run_dir, executor, *extra), capsys)
+
+
+def launch_killing(kill_at: str, generation: list[str], run_dir: Path, executor: str, capsys, monkeypatch,
+                   *extra: str) -> tuple[int, str]:
+    """`launch` with the kill point armed where the shards generate, the executor's own way: each Ray
+    actor's runtime_env, the environment sbatch hands to the Slurm tasks (`--export=ALL`), and for the
+    local executor, which runs the tasks in the launching process, a launching process of their own."""
+    if executor == "ray":
+        runtime_env = json.dumps({"env_vars": {KILL_ENV: kill_at}})
+        return launch(generation, run_dir, executor, capsys, "--ray-remote-kwarg", f"runtime_env={runtime_env}", *extra)
+    if executor == "slurm":
+        with monkeypatch.context() as patched:
+            patched.setenv(KILL_ENV, kill_at)
+            return launch(generation, run_dir, executor, capsys, *extra)
+    output = run_dir.parent / "launch.log"
+    code = finish(start_cli(launch_argv(generation, run_dir, executor, *extra), output, kill_at))
+    return code, output.read_text()
 
 
 def sessions_per_shard(run_dir: Path) -> Counter:
@@ -100,8 +122,8 @@ def test_failed_shards_are_named_and_the_same_launch_runs_only_them(tmp_path, un
     returns: launch must still see it."""
     generation, single_rows = unsharded
     run_dir = tmp_path / "run"
-    monkeypatch.setenv(KILL_ENV, "journal.before_write:8:TERM")
-    code, printed = launch(generation, run_dir, executor, capsys, "--wait", "--out", str(tmp_path / "sharded"))
+    code, printed = launch_killing("journal.before_write:8:TERM", generation, run_dir, executor, capsys, monkeypatch,
+                                   "--wait", "--out", str(tmp_path / "sharded"))
     assert code == 1, printed
     log = run_dir / "launch" / "tasks-4" / "logs" / "task_00000.log"
     # datatrove's local executor stops at the first rank that raised (`LocalPipelineExecutor.run`): shard 0
@@ -123,7 +145,6 @@ def test_failed_shards_are_named_and_the_same_launch_runs_only_them(tmp_path, un
         assert "  shard 1: failed  7/8 samples" in printed
         assert f"log: {run_dir}/launch/tasks-4/logs/task_00001.log" in printed
 
-    monkeypatch.delenv(KILL_ENV)
     code, printed = launch(generation, run_dir, executor, capsys, "--wait", "--out", str(tmp_path / "sharded"))
     assert code == 0, printed
     assert config_rows(tmp_path / "sharded") == single_rows

@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 
 from eagle3_synth.run.directory import RunDirectory
-from eagle3_synth.run.kill_points import KILL_ENV
 from eagle3_synth.run.shards import Shard
 
 from ..support.built_datasets import KIMI_CONFIG
-from ..support.cli_processes import replay_inputs
+from ..support.cli_processes import replay_inputs, run_cli_process
 from ..support.cli_runs import run_cli
 
 EXIT_RESUMABLE = 75
@@ -21,8 +20,7 @@ def shard_lines(printed: str) -> list[str]:
     return [re.sub(r"\d+\.\d+ samples/s", "R samples/s", line) for line in printed.strip().splitlines()]
 
 
-def test_status_of_shards_started_by_hand_reads_the_journal_and_the_locks(tmp_path, kimi_tokenizer, capsys,
-                                                                          monkeypatch):
+def test_status_of_shards_started_by_hand_reads_the_journal_and_the_locks(tmp_path, kimi_tokenizer, capsys):
     generation = replay_inputs(tmp_path / "inputs", kimi_tokenizer)
     run = tmp_path / "run"
     shard = ["generate", KIMI_CONFIG, *generation, "--run-dir", str(run), "--num-shards", "2", "--shard-index"]
@@ -39,9 +37,7 @@ def test_status_of_shards_started_by_hand_reads_the_journal_and_the_locks(tmp_pa
     assert code == 3 and shard_lines(printed)[2].startswith("  shard 1: running 0/")
 
     # Shard 1 stopped after its first result (SIGTERM: exit 75, its lock released).
-    monkeypatch.setenv(KILL_ENV, "journal.after_write:1:TERM")
-    assert run_cli([*shard, "1"], capsys)[0] == EXIT_RESUMABLE
-    monkeypatch.delenv(KILL_ENV)
+    assert run_cli_process([*shard, "1"], "journal.after_write:1:TERM") == EXIT_RESUMABLE
     code, printed = run_cli(["status", str(run)], capsys)
     lines = shard_lines(printed)
     assert code == 1 and "(1 done, 0 running, 1 stopped, 0 pending)" in lines[0]

@@ -14,8 +14,8 @@ from eagle3_synth.cli import main
 from eagle3_synth.dataset.card import CARD_MARKER
 from eagle3_synth.dataset.folder import (RUN_DIR_KEY, RUN_INFO_FILE, check_out_folder, config_files, foreign_entries,
                                          install_config, is_our_card)
-from eagle3_synth.dataset.folder_lock import FOLDER_LOCK_FILE
 from eagle3_synth.errors import ConfigError
+from eagle3_synth.run.lock import FOLDER_LOCK_FILE
 
 from ..conftest import KIMI_TOKENIZER
 from ..support.cli_runs import write_replay

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -81,6 +82,26 @@ def finish(process: multiprocessing.process.BaseProcess) -> int:
         process.join()
         pytest.fail(f"process {process.pid} was still running after {HANG}s")
     return process.exitcode
+
+
+def stopped_at(command: list[str], kill_at: str, log: Path, act: Callable[[subprocess.Popen], object],
+               env: dict[str, str] | None = None, timeout: float = HANG, **popen: object) -> int:
+    """Run `command` (a CLI run, output to `log`) until it stops itself at the kill point `kill_at`
+    (SIGSTOP), do `act(process)` while it is stopped (signal it, kill its engine), continue it and
+    wait for its exit status; it is killed if anything fails on the way."""
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
+                                   env={**(env or os.environ), KILL_ENV: f"{kill_at}:STOP"}, **popen)
+    try:
+        wait_until(lambda: is_stopped(process.pid) or process.poll() is not None, f"the command to stop at {kill_at}")
+        assert process.poll() is None, f"it ended before {kill_at}:\n{log.read_text()[-3000:]}"
+        act(process)
+        os.kill(process.pid, signal.SIGCONT)
+        return process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def stop_all(processes: Iterable[multiprocessing.process.BaseProcess]) -> None:

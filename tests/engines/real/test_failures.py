@@ -19,7 +19,7 @@ from eagle3_synth.engines.sglang.processes import descendants
 from eagle3_synth.run.kill_points import KILL_ENV
 
 from ...support.cli_processes import config_rows
-from ...support.process_control import is_stopped, wait_until
+from ...support.process_control import stopped_at, wait_until
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_python
 from ...support.row_parity import assert_same_rows
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 CONFIG = "B1_glaive"  # six bundled prompts
 GREEDY = ["--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "256", "--dtype", "bfloat16"]
-STOP_AFTER_TWO = {KILL_ENV: "journal.after_write:2:STOP"}
+AFTER_TWO = "journal.after_write:2"  # the run stops itself after its second result
 HANG = 600  # a hang detector for a whole CLI run, never what a test asserts
 
 
@@ -64,22 +64,16 @@ def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_r
     SGLang's tree kill (exit 137, no word): now the run ends with one line naming the process and
     the engine's last log lines, exit 75, its journal intact; the same command then completes."""
     log, out = tmp_path / "first.log", tmp_path / "ds"
-    with open(log, "wb") as handle:
-        run = subprocess.Popen(in_process_build(out), stdout=handle, stderr=subprocess.STDOUT,
-                               env={**sglang_env(), **STOP_AFTER_TWO})
-    try:
-        wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
-        assert run.poll() is None, log.read_text()[-3000:]
-        schedulers = named(descendants(run.pid), "sglang::scheduler")
+    engine_processes: set[int] = set()
+    schedulers: list[int] = []
+
+    def kill_the_scheduler(run: subprocess.Popen) -> None:
+        engine_processes.update(descendants(run.pid))
+        schedulers.extend(named(engine_processes, "sglang::scheduler"))
         assert len(schedulers) == 1, f"scheduler processes: {schedulers}"
-        engine_processes = descendants(run.pid)
         os.kill(schedulers[0], signal.SIGKILL)
-        os.kill(run.pid, signal.SIGCONT)
-        code = run.wait(HANG)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+
+    code = stopped_at(in_process_build(out), AFTER_TWO, log, kill_the_scheduler, sglang_env(), HANG)
     text = log.read_text()
     assert code == EXIT_RESUMABLE, text[-3000:]
     last = [line for line in text.split("\n") if line.startswith("eagle3-synth build: error:")]
@@ -103,21 +97,14 @@ def test_a_terminals_ctrl_c_mid_run_ends_it_with_130_in_one_line_and_the_rerun_c
     detokenizer included: they leave it to eagle3-synth (no traceback of theirs, no engine death
     reported), which stops once, with 130, its journal intact."""
     log, out = tmp_path / "first.log", tmp_path / "ds"
-    with open(log, "wb") as handle:
-        run = subprocess.Popen(in_process_build(out), stdout=handle, stderr=subprocess.STDOUT,
-                               env={**sglang_env(), **STOP_AFTER_TWO}, start_new_session=True)
-    try:
-        wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
-        assert run.poll() is None, log.read_text()[-3000:]
-        engine_processes = descendants(run.pid)
+    engine_processes: set[int] = set()
+
+    def ctrl_c(run: subprocess.Popen) -> None:
+        engine_processes.update(descendants(run.pid))
         assert named(engine_processes, "sglang::scheduler"), engine_processes
         os.killpg(run.pid, signal.SIGINT)  # the run leads a session of its own: its group is the terminal's
-        os.kill(run.pid, signal.SIGCONT)
-        code = run.wait(HANG)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+
+    code = stopped_at(in_process_build(out), AFTER_TWO, log, ctrl_c, sglang_env(), HANG, start_new_session=True)
     text = log.read_text()
     assert code == EXIT_INTERRUPTED, text[-3000:]
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
@@ -163,28 +150,24 @@ def test_an_engine_that_cannot_start_exits_2_with_sglangs_reason_in_one_line(tmp
                             "or free memory for it; rerun as is and it fails the same way")
 
 
-def stopped_http_run(url: str, out: Path, log: Path, *extra: str) -> subprocess.Popen:
-    """An sglang-http build of CONFIG (this interpreter's eagle3-synth), stopped (SIGSTOP) by
-    itself after its second result."""
-    command = [sys.executable, "-c", "import sys; from eagle3_synth.cli import main; sys.exit(main(sys.argv[1:]))",
-               "build", CONFIG, *GREEDY, "--engine", "sglang-http", "--url", url, "--max-in-flight", "1",
-               "--out", str(out), *extra]
-    with open(log, "wb") as handle:
-        run = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **STOP_AFTER_TWO})
-    wait_until(lambda: is_stopped(run.pid) or run.poll() is not None, "the run to stop after two results")
-    assert run.poll() is None, log.read_text()[-3000:]
-    return run
+def http_build(url: str, out: Path, *extra: str) -> list[str]:
+    """An sglang-http build of CONFIG with this interpreter's eagle3-synth."""
+    return [sys.executable, "-c", "import sys; from eagle3_synth.cli import main; sys.exit(main(sys.argv[1:]))",
+            "build", CONFIG, *GREEDY, "--engine", "sglang-http", "--url", url, "--max-in-flight", "1",
+            "--out", str(out), *extra]
 
 
 def test_a_server_killed_and_restarted_mid_run_is_waited_for_and_nothing_is_lost_or_doubled(reference, tmp_path):
     port_log = tmp_path / "server.log"
     server = RealServer(port_log).start()
-    try:
-        run = stopped_http_run(server.url, tmp_path / "ds", tmp_path / "run.log")
+
+    def lose_and_restart(_run: subprocess.Popen) -> None:
         server.kill()  # a node lost: the server and its scheduler SIGKILLed
         server.start()  # the same port, a new process
-        os.kill(run.pid, signal.SIGCONT)
-        code = run.wait(HANG)
+
+    try:
+        code = stopped_at(http_build(server.url, tmp_path / "ds"), AFTER_TWO, tmp_path / "run.log", lose_and_restart,
+                          timeout=HANG)
     finally:
         server.stop()
     assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
@@ -194,10 +177,8 @@ def test_a_server_killed_and_restarted_mid_run_is_waited_for_and_nothing_is_lost
 def test_a_server_that_does_not_come_back_ends_the_run_with_75_and_the_rerun_completes(server, reference, tmp_path):
     lost = RealServer(tmp_path / "lost.log").start()
     try:
-        run = stopped_http_run(lost.url, tmp_path / "ds", tmp_path / "run.log", "--max-retries", "1")
-        lost.kill()
-        os.kill(run.pid, signal.SIGCONT)
-        code = run.wait(HANG)
+        code = stopped_at(http_build(lost.url, tmp_path / "ds", "--max-retries", "1"), AFTER_TWO,
+                          tmp_path / "run.log", lambda _run: lost.kill(), timeout=HANG)
     finally:
         lost.stop()
     text = (tmp_path / "run.log").read_text()
