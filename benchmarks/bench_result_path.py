@@ -17,11 +17,14 @@ then runs the real command line, each step in a fresh process (peak RSS and CPU 
   2. assemble: `eagle3-synth build CONFIG --run-dir RUN --out OUT` -- journal -> rows ->
      GeneratorBasedBuilder -> Parquet;
   3. together: `eagle3-synth build CONFIG --tokenizer T --engine replay --replay R --prompts P
-     --out OUT2` -- both in one command, as a user runs it.
+     --out OUT2` -- both in one command, as a user runs it -- against a bare pass over the same
+     replay file right after it (`json.loads` of every line -> `pyarrow.Table.from_pylist` ->
+     `pq.write_table`: the least any build must do with these bytes).
 
     python -m benchmarks.bench_result_path --sizes 10000 50000 100000
 
-The result-path figure is samples / (generate's result-path part + assemble), in wall and CPU time.
+The result-path figure is samples / (generate's result-path part + assemble), in wall and CPU time;
+the replay build must stay within 3x the bare pass (wall time of step 3 / the bare pass's).
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CONFIG = "B1_glaive"
 TOKENIZER = ROOT / "tests" / "fixtures" / "tokenizers" / "kimi_k25"
+BARE = r"""
+import json, sys
+import pyarrow as pa, pyarrow.parquet as pq
+rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+pq.write_table(pa.Table.from_pylist(rows), sys.argv[2])
+"""
 
 
 # -- synthetic data ---------------------------------------------------------------------------------
@@ -135,7 +144,7 @@ def child(argv: list[str]) -> None:
     from eagle3_synth.run.directory import RunDirectory
 
     spans: dict = {}
-    RunDirectory.write_prompts = _timed("write_prompts", spans, RunDirectory.write_prompts)
+    RunDirectory.install_prompts = _timed("install_prompts", spans, RunDirectory.install_prompts)
     pipeline.generate = _timed("generate", spans, pipeline.generate)
     # The builder calls `run.generate.generate` through its module, so the patch above reaches it;
     # a build that only assembles spends its time in build_config.
@@ -146,7 +155,7 @@ def child(argv: list[str]) -> None:
     report = {}
     if "generate" in spans:
         generate = spans["generate"]
-        ready = spans["write_prompts"]["end"]
+        ready = spans["install_prompts"]["end"]
         report["prompts"] = _between(generate["start"], ready)
         report["result_path"] = _between(ready, generate["end"])
     if "assemble" in spans:
@@ -187,7 +196,8 @@ def main() -> None:
           f"config {CONFIG}, tokenizer {TOKENIZER.name}, {args.output_tokens} output ids a sample (mean)")
     header = ("| samples | tokenizer load + prompt prep (not result path) wall / main-process CPU s | generate: result -> journal wall / CPU s "
               "| assemble: journal -> Parquet wall / CPU s | **result path samples/s** (wall) | CPU ms a sample "
-              "| peak RSS MiB generate / assemble | together (one build) wall / CPU s, peak RSS MiB |")
+              "| peak RSS MiB generate / assemble | together (one build) wall / CPU s, peak RSS MiB "
+              "| bare pass s, **build / bare** |")
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for samples in args.sizes:
@@ -205,10 +215,14 @@ def main() -> None:
                                      assembled["spans"]["assemble"])
         wall = path_part["wall"] + assemble["wall"]
         cpu = path_part["cpu"] + assemble["cpu"]
-        both = "skipped"
+        both = "skipped | skipped"
         if not args.no_together:
             step = run_step(["build", CONFIG, *common, "--out", str(together)])
-            both = f"{step['wall']:.1f} / {step['cpu']:.1f}, {step['peak_rss_mib']:.0f}"
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", BARE, str(replay), str(folder / "bare.parquet")], check=True)
+            bare = time.perf_counter() - started
+            both = (f"{step['wall']:.1f} / {step['cpu']:.1f}, {step['peak_rss_mib']:.0f} "
+                    f"| {bare:.1f}, **{step['wall'] / bare:.2f}x**")
         print(f"| {samples:,} | {prep['wall']:.1f} / {prep['cpu']:.1f} | {path_part['wall']:.1f} / {path_part['cpu']:.1f} "
               f"| {assemble['wall']:.1f} / {assemble['cpu']:.1f} | **{samples / wall:,.0f}** ({samples / cpu:,.0f} per CPU s) "
               f"| {1000 * cpu / samples:.2f} | {generated['peak_rss_mib']:.0f} / {assembled['peak_rss_mib']:.0f} | {both} |",

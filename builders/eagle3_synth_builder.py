@@ -17,8 +17,7 @@ Generation is the "download" and the run directory is its cache (`run_dir`, defa
 config under the builder's downloads dir): `_split_generators` runs resumable generation into it,
 so a crash loses nothing and the same call resumes. Given no model it only assembles an existing
 run directory. Each split's `gen_kwargs` carry sample-id ranges, which `num_proc` processes
-share; `_generate_tables` yields Arrow tables of up to 1,000 rows in the contract's schema,
-assembled one ahead in a thread while datasets' writer encodes the last (`dataset.parquet.prefetched`).
+share; `_generate_tables` yields Arrow tables of up to 1,000 rows in the contract's schema.
 A run with `validation` (`prompts/held_out.py`) has a `validation` split beside `train`: the same
 ranges, each split taking its own whole conversations (`run.assemble.iter_rows(split=...)`).
 """
@@ -37,7 +36,6 @@ from datasets.builder import Key
 from datasets.utils.py_utils import classproperty
 
 from eagle3_synth.contract.row import FEATURES
-from eagle3_synth.dataset.parquet import prefetched
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.prompts.configs import CONFIGS, get_config, load_config_file
 from eagle3_synth.run import generate as run_generate
@@ -177,6 +175,5 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
 
     def _generate_tables(self, run_dir: str, ranges: list[tuple[int, int]], split: str | None = None
                          ) -> Iterator[tuple[Key, pa.Table]]:
-        # Assembled in a thread while datasets writes the previous table (Parquet encoding releases the GIL).
-        for shard, batch, table in prefetched(iter_row_tables(run_dir, ranges, split=split)):
+        for shard, batch, table in iter_row_tables(run_dir, ranges, split=split):
             yield Key(shard, batch), table

@@ -128,14 +128,12 @@ def out_of_range(ids: Sequence[int], vocab_size: int) -> tuple[int, int] | None:
 
     The one range test of the contract: engines' result checks, replay import, `validate` and
     `publish` all call it. An id outside the model's embedding rows is an index error (or garbage)
-    in a trainer's embedding lookup, so no row may hold one. min/max run in C (numpy's own for a
-    numpy array, which the replay check holds, far faster than over a list); the position is
+    in a trainer's embedding lookup, so no row may hold one. min/max run in C; the position is
     looked for only when one is out.
     """
     if len(ids) == 0:
         return None
-    low, high = (ids.min(), ids.max()) if hasattr(ids, "dtype") else (min(ids), max(ids))
-    if low >= 0 and high < vocab_size:
+    if min(ids) >= 0 and max(ids) < vocab_size:
         return None
     return next((i, int(token)) for i, token in enumerate(ids) if not 0 <= token < vocab_size)
 

@@ -12,14 +12,12 @@ Every Parquet file eagle3-synth puts in a dataset folder or a release goes throu
 - `ShardWriter` writes Arrow batches into shards of bounded row groups and file sizes (the release
   tree: zstd, a page index, row groups under the viewer's limit);
 - `install_shards` moves freshly written shards into `<folder>/<config>/` under their final names,
-  swapping the whole config at once;
-- `prefetched` produces a writer's input in a thread, so rows are assembled while the last ones
-  are encoded (Parquet encoding and compression release the GIL).
+  swapping the whole config at once.
 
 `build` does not write rows here: its Parquet comes from the datasets builder
 (`download_and_prepare(file_format="parquet")`, the one entry point for generation and assembly,
 whose writer -- snappy, content-defined chunking, a page index, 1,000-row groups -- is the same one
-its `as_dataset` users get; the builder feeds it through `prefetched`), and `install_shards` names
+its `as_dataset` users get), and `install_shards` names
 and installs those files. `publish` rewrites a built config with `write_shards`. Bypassing datasets'
 writer in `build` would take overriding the builder's private `_prepare_split_single`, and its
 files would no longer be the ones `download_and_prepare` writes for the same settings.
@@ -28,22 +26,19 @@ files would no longer be the ones `download_and_prepare` writes for the same set
 from __future__ import annotations
 
 import hashlib
-import queue
 import re
 import shutil
 import tempfile
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle3_synth.errors import ConfigError
 
-T = TypeVar("T")
 
 # `train-00000-of-00002.parquet`, or with a build fingerprint `train-1a2b3c4d-00000-of-00002.parquet`
 # (`validation-...` likewise); group 1 is the fingerprint.
@@ -199,11 +194,10 @@ class ShardWriter:
 
 def write_shards(batches: Iterable[pa.RecordBatch], target: Path, schema: pa.Schema,
                  limits: ShardLimits = ShardLimits(), split: str = "train") -> list[Path]:
-    """Write `batches` (in order, of `schema`) as `split`'s shards under `target`; the shards, in order.
-    The batches are produced a few ahead in a thread (`prefetched`) while the last are encoded."""
+    """Write `batches` (in order, of `schema`) as `split`'s shards under `target`; the shards, in order."""
     target.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(target, schema, limits, split)
-    for batch in prefetched(batches):
+    for batch in batches:
         writer.add(batch)
     return writer.close()
 
@@ -244,55 +238,3 @@ def install_shards(sources: Sequence[str | Path], folder: Path, config: str,
         shutil.rmtree(old)
     return installed
 
-
-_END = object()
-
-
-def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
-    """`items`, produced by a background thread up to `depth` ahead of the consumer.
-
-    For a writer's input: Parquet encoding and compression release the GIL, so the next rows are
-    assembled while the last ones are written. The order is kept, whatever the producer raises is
-    raised here (at the place in the order where it happened), and closing this iterator early
-    stops the producer at its next item.
-    """
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        source = iter(items)
-        try:
-            for item in source:
-                if not put((item, None)):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-            put((_END, exc))
-            return
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()  # a generator's own cleanup runs in the thread that ran it
-        put((_END, None))
-
-    thread = threading.Thread(target=produce, name="prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, error = slots.get()
-            if item is _END:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join()

@@ -112,9 +112,6 @@ class EngineOptions:
     dtype: str | None = None
     batch_size: int = 8
     replay_file: str | None = None
-    # replay: the file's records as checked before the run (`replay.CheckedReplay`), played from
-    # there so that the file is parsed once; None: the engine parses each line as it plays it.
-    replay_checked: object | None = None
     urls: tuple[str, ...] = ()
     # sglang engines: a fixed number of requests in flight; None = follow the engine's load
     # (engines/sglang/loads.py), up to twice what it runs at once.

@@ -34,8 +34,6 @@ reads that dict into a `GenerationResult` and adds what only SGLang's `matched` 
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -89,26 +87,19 @@ def vocabulary_problem(what: str, ids: Sequence[int], vocab_size: int | None) ->
 
 def first_stop_before_end(ids: Sequence[int], stops: frozenset[int]) -> int | None:
     """Where the first stop id before the last position is (the engine should have stopped there), None
-    if none. A numpy array (the replay check's) is scanned with numpy's comparisons, a list as a set."""
-    if hasattr(ids, "dtype"):
-        head = ids[:-1]
-        hits = functools.reduce(operator.or_, (head == stop for stop in stops)).nonzero()[0]
-        return int(hits[0]) if len(hits) else None
+    if none."""
     if stops.isdisjoint(ids[:-1]):
         return None
     return next(i for i, token in enumerate(ids) if token in stops)
 
 
-def output_problem(result: GenerationResult, params: SamplingParams, *, packed: Any = None) -> str | None:
+def output_problem(result: GenerationResult, params: SamplingParams) -> str | None:
     """What breaks the contract in a result's output, whatever made it; None when nothing does.
 
     Needs no request, so the replay engine checks a whole file with it before anything runs.
-    An abort (the sample's error) has no output to check. `packed`: the same ids as a numpy array,
-    where the caller holds one (the replay check, which keeps them so): the two scans over every id
-    run over it, with the same outcome and messages.
+    An abort (the sample's error) has no output to check.
     """
     finish, ids = result.finish_reason, result.output_ids
-    scan = ids if packed is None else packed
     if finish == "abort":
         return None
     if finish not in FINISH_REASONS:
@@ -117,7 +108,7 @@ def output_problem(result: GenerationResult, params: SamplingParams, *, packed: 
         return f"len(output_ids) = {len(ids)} but completion_tokens = {result.completion_tokens}"
     if len(ids) > params.max_new_tokens:
         return f"{len(ids)} output ids, more than max_new_tokens = {params.max_new_tokens}"
-    problem = vocabulary_problem("output_ids", scan, params.vocab_size)
+    problem = vocabulary_problem("output_ids", ids, params.vocab_size)
     if problem is not None:
         return problem
     stops = frozenset(params.stop_token_ids)
@@ -126,21 +117,18 @@ def output_problem(result: GenerationResult, params: SamplingParams, *, packed: 
     if finish == "stop" and ids[-1] not in stops:
         return (f"finish_reason stop but the output ends with {ids[-1]}, not a stop id {sorted(stops)} "
                 "(the stop token must be kept, last)")
-    at = first_stop_before_end(scan, stops)
+    at = first_stop_before_end(ids, stops)
     if at is not None:
         return f"stop id {ids[at]} at output position {at} of {len(ids)} (the engine should have stopped there)"
     return None
 
 
 def check_generation(request: GenerationRequest, result: GenerationResult, params: SamplingParams,
-                     source: str, *, output_checked: bool = False) -> GenerationResult:
+                     source: str) -> GenerationResult:
     """The contract check of every engine's result: returns it, or raises `EngineError` naming the
     sample (the run stops; what is journaled stays). An abort is returned as it is: the sample's error.
 
     `source` says where the result came from (a URL, "sglang.Engine", a replay file's line).
-    `output_checked`: `output_problem(result, params)` was found None already, on these very ids and
-    the same max_new_tokens, vocab_size and stop ids (a replay record checked before the run), so
-    only what needs the request is checked; it is a pure function of those, so the outcome is the same.
     """
     if result.finish_reason == "abort":
         return result
@@ -150,8 +138,7 @@ def check_generation(request: GenerationRequest, result: GenerationResult, param
     if result.prompt_tokens != len(prompt):
         raise _violation(request, source, f"prompt_tokens = {result.prompt_tokens} but {len(prompt)} prompt ids were "
                                           "sent (truncated, e.g. --allow-auto-truncate, or re-tokenized)")
-    problem = vocabulary_problem("prompt_ids", prompt, params.vocab_size) or (
-        None if output_checked else output_problem(result, params))
+    problem = vocabulary_problem("prompt_ids", prompt, params.vocab_size) or output_problem(result, params)
     if problem is None and prompt and result.output_ids[: len(prompt)] == prompt:
         problem = "output_ids start with the prompt ids (the prompt leaked into the output)"
     if problem is not None:

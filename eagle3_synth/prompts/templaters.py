@@ -3,8 +3,7 @@
 Conversations are templated in chunks (rendered one by one, encoded in one batched call, see
 `templating.ChatTokenizer.prompt_ids_batch`). Reading, conversion and every hygiene decision stay
 in the caller's process, in prompt-list order, so the prompt list, the rejects and the sample ids
-are the same with any number of workers. With a pool, this process templates the chunks no worker
-has taken yet whenever it would otherwise wait, so a worker's start-up costs no time.
+are the same with any number of workers.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -27,9 +25,7 @@ log = logging.getLogger(__name__)
 
 # `workers=None` moves to a pool of one worker per core but one (up to the maximum) only after
 # this many prompts: keeps small prompt lists (and the test suite) free of worker processes, each of
-# which costs seconds of CPU to start (imports, tokenizer). This process templates while the
-# workers start, so a pool never waits on them and pays off from a few thousand prompts
-# (benchmarks/README.md, "The whole `build` against a bare ... pass").
+# which costs seconds of CPU to start (imports, tokenizer).
 POOL_MIN_PROMPTS = 2_048
 MAX_AUTO_WORKERS = 8
 
@@ -67,76 +63,41 @@ def _template_in_worker(conversations: list[Conversation]) -> list[list[int] | P
     return _worker_chat.prompt_ids_batch(conversations)
 
 
-class _Chunk:
-    """A chunk handed to the pool: its conversations, the worker's future, and its ids if this
-    process templated it instead."""
-
-    __slots__ = ("conversations", "future", "here")
-
-    def __init__(self, conversations: list[Conversation], future: Future):
-        self.conversations, self.future = conversations, future
-        self.here: list[list[int] | PromptError] | None = None
-
-
 class PoolTemplater:
-    """Templates chunks in worker processes (`spawn`: nothing of this process's state is shared),
-    and in this process while it would otherwise wait for them.
+    """Templates chunks in worker processes (`spawn`: nothing of this process's state is shared).
 
-    Each worker loads the tokenizer from its path. This process never idles on a worker: waiting for
-    a chunk, it templates the last submitted chunk no worker has taken yet (workers take them from
-    the front), and once the workers are checked it templates a chunk it asks for that no worker has
-    started. So worker start-up (a second or more) costs no time, and the pool's work is shared with
-    this process. The first worker result is compared with this process's own templating, and should
-    the workers disagree or die, templating falls back to this process, with a warning: never a
-    different id.
+    Each worker loads the tokenizer from its path. The first worker result is compared with this
+    process's own templating, and should the workers disagree or die, templating falls back to this
+    process, with a warning: never a different id.
     """
 
     def __init__(self, chat: ChatTokenizer, workers: int, tokenizer_path: str, trust_remote_code: bool):
         self.local = LocalTemplater(chat)
-        # Processes that template, this one included: how many chunks prompt preparation keeps ahead.
+        # Processes at work, this one (reading, checking) included: how many chunks preparation keeps ahead.
         self.workers = workers + 1
         self.pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
             initargs=(tokenizer_path, trust_remote_code, chat.template_kwargs, chat.form.to_json(), chat.template_date))
         self.checked = False
-        self.queued: deque[_Chunk] = deque()  # submitted to the pool and not yet asked for, in order
 
     def submit(self, conversations: list[Conversation]) -> Result:
         if self.pool is None or not conversations:
             return self.local.submit(conversations)
-        chunk = _Chunk(conversations, self.pool.submit(_template_in_worker, conversations))
-        self.queued.append(chunk)
-        return lambda: self._result(chunk)
+        future = self.pool.submit(_template_in_worker, conversations)
+        return lambda: self._result(future, conversations)
 
-    def _result(self, chunk: _Chunk) -> list[list[int] | PromptError]:
-        self.queued.remove(chunk)  # normally the first: chunks are asked for in submission order
-        if chunk.here is not None:
-            return chunk.here
-        if self.pool is None or (self.checked and chunk.future.cancel()):
-            return self.local.submit(chunk.conversations)()
-        while not chunk.future.done() and self._template_one_here():
-            pass
+    def _result(self, future: Future, conversations: list[Conversation]) -> list[list[int] | PromptError]:
+        if self.pool is None:  # fallen back: the workers are gone
+            return self.local.submit(conversations)()
         try:
-            results = chunk.future.result()
+            results = future.result()
         except BrokenProcessPool as exc:
-            return self._fall_back(f"a worker process failed ({exc})", chunk.conversations)
+            return self._fall_back(f"a worker process failed ({exc})", conversations)
         if not self.checked and not isinstance(results[0], PromptError):
             self.checked = True
-            if self.local.submit(chunk.conversations[:1])()[0] != results[0]:
-                return self._fall_back("the workers' templating differs from this process's", chunk.conversations)
+            if self.local.submit(conversations[:1])()[0] != results[0]:
+                return self._fall_back("the workers' templating differs from this process's", conversations)
         return results
-
-    def _template_one_here(self) -> bool:
-        """Template the last queued chunk no worker has taken in this process; False if none is left
-        (the pool hands chunks to workers in order, so past one a worker took, all are taken)."""
-        for chunk in reversed(self.queued):
-            if chunk.here is not None:
-                continue
-            if not chunk.future.cancel():
-                return False
-            chunk.here = self.local.submit(chunk.conversations)()
-            return True
-        return False
 
     def _fall_back(self, why: str, conversations: list[Conversation]) -> list[list[int] | PromptError]:
         log.warning("templating prompts in this process only: %s", why)
@@ -153,7 +114,7 @@ class PoolTemplater:
 class AutoTemplater:
     """In this process for small prompt lists; past `POOL_MIN_PROMPTS` conversations, moves on to
     a pool of one worker per core but one (up to MAX_AUTO_WORKERS), where there is more than one
-    core: this process templates beside the workers (`PoolTemplater`), so it keeps a core.
+    core: this process reads and checks the prompts beside the workers, so it keeps a core.
 
     Deciding by what has been templated so far (not by the cap) keeps a small source or prompts
     file, and the test suite, free of worker start-up."""
@@ -172,7 +133,7 @@ class AutoTemplater:
             self.templated += len(conversations)
             if self.templated >= POOL_MIN_PROMPTS:
                 self.templated = None
-                log.info("templating prompts in %d worker processes and this one", self.pool_args[1])
+                log.info("templating prompts in %d worker processes", self.pool_args[1])
                 self.current = PoolTemplater(*self.pool_args)
         return self.current.submit(conversations)
 
@@ -193,13 +154,13 @@ Templater = LocalTemplater | PoolTemplater | AutoTemplater
 def make_templater(workers: int | None, chat: ChatTokenizer, tokenizer_path: str, trust_remote_code: bool
                    ) -> Templater:
     """Who templates: 1 = this process only; N = a pool of N workers (each loads the tokenizer from
-    `tokenizer_path`) beside this process; None = this process, joined by a pool of one worker per
-    core but one after POOL_MIN_PROMPTS prompts. It never changes the prompt list."""
+    `tokenizer_path`); None = this process, then a pool of one worker per core but one after
+    POOL_MIN_PROMPTS prompts. It never changes the prompt list."""
     if workers is None:
         return AutoTemplater(chat, _available_cores(), tokenizer_path, trust_remote_code)
     if workers < 1:
         raise ConfigError(f"prompt preparation workers must be >= 1, got {workers}")
     if workers == 1:
         return LocalTemplater(chat)
-    log.info("templating prompts in %d worker processes and this one", workers)
+    log.info("templating prompts in %d worker processes", workers)
     return PoolTemplater(chat, workers, tokenizer_path, trust_remote_code)

@@ -61,7 +61,7 @@ class Turn:
     def request(self, priority: bool = False) -> GenerationRequest:
         """The engine request; with `priority`, the turns its rollout may still have (this one
         included), so SGLang's priority scheduling runs long conversations' turns first and the
-        last conversations do not trail alone at the end (benchmarks/README.md, dependent turns)."""
+        last conversations do not trail alone at the end."""
         sampling = self.rollout.sampling
         return GenerationRequest(self.sample_id, self.prompt_ids,
                                  self.rollout.turns - self.turn if priority else None,

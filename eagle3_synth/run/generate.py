@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,6 +27,7 @@ from eagle3_synth.prompts.rollouts import ChatTokenizers
 from eagle3_synth.prompts.model_vocab import ModelVocab, check_model_and_tokenizer
 from eagle3_synth.prompts.template_kwargs import check_run_kwargs
 from eagle3_synth.engines import Engine, SamplingParams, create_engine
+from eagle3_synth.engines.replay import check_replay_file
 from eagle3_synth.errors import PromptError, Terminated
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
 from eagle3_synth.timestamps import utc_timestamp
@@ -35,7 +36,6 @@ from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStat
 from eagle3_synth.run.journal import JournalIndex
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.preflight import check_before_loading, check_chat_template
-from eagle3_synth.run.replay_check import ReplayCheck
 from eagle3_synth.run.settings import GenerationSettings
 from eagle3_synth.run.spec import RunSpec, SamplingSpec, spec_fields
 from eagle3_synth.run.staging import ENGINE_LIMIT, OUR_LIMIT, DryRun, check_held_out, stage, survey, within
@@ -165,23 +165,12 @@ class RunSetup:
     chat: ChatTokenizer
     vocab: ModelVocab  # the ids every result is checked against (prompts/model_vocab.py)
     params: SamplingParams
-    # The replay file's check, running beside prompt preparation (`replay_check.py`); its records are
-    # kept for playback (the file is parsed once). Nothing runs without a replay file.
-    replay: ReplayCheck
-
-    def close(self) -> None:
-        """Frees what the setup holds beyond the run (the checked replay records' temporary file)."""
-        self.replay.close()
 
 
-def run_setup(spec: RunSpec, options: GenerationSettings, run: RunDirectory, *, keep_replay: bool = True) -> RunSetup:
+def run_setup(spec: RunSpec, options: GenerationSettings, run: RunDirectory) -> RunSetup:
     """The tokenizer, profile, markers and chat templater: everything `generate` and `dry_run` need
     before prompts are prepared. Each of them runs `check_before_loading` (`preflight.py`) first.
-
-    The replay file is checked in a thread that goes on past the return (`replay_check.py`): the
-    caller awaits it (`ReplayCheck.result`) before claiming the run, and closes the setup. With
-    `keep_replay` (a run that plays the file) its checked records are kept for the engine, so the
-    file is parsed once."""
+    A replay file is checked here, record by record, before anything is prepared or claimed."""
     model = spec.model
     option = "--tokenizer" if model.tokenizer != model.model else "--model"
     tokenizer = load_tokenizer(model.tokenizer, trust_remote_code=model.trust_remote_code, option=option)
@@ -193,22 +182,17 @@ def run_setup(spec: RunSpec, options: GenerationSettings, run: RunDirectory, *, 
     vocab = check_model_and_tokenizer(options.engine_options(spec).model, model.tokenizer, tokenizer,
                                       trust_remote_code=model.trust_remote_code)
     params = _sampling_params(spec.sampling, markers, vocab.size)
-    # Every record checked before the run directory is claimed (and kept for playback), beside what follows.
-    replay = ReplayCheck(model.replay_file or None, params, keep=keep_replay)
-    try:
-        with replay.errors_after():
-            check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs,
-                             spec.conversations.template_kwarg_mix, unchecked=options.template_kwarg_unchecked)
-            chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
-                                 template_date=model.template_date or recorded_template_date(run) or today())
-    except BaseException:
-        replay.close()
-        raise
+    if model.replay_file:
+        check_replay_file(model.replay_file, params)  # a bad file: nothing prepared, nothing claimed
+    check_run_kwargs(tokenizer, profile, spec.config, spec.model.template_kwargs,
+                     spec.conversations.template_kwarg_mix, unchecked=options.template_kwarg_unchecked)
+    chat = ChatTokenizer(tokenizer, spec.template_kwargs, profile=profile,
+                         template_date=model.template_date or recorded_template_date(run) or today())
     if chat.probe is not None and not chat.probe.faithful:
         log.warning("this chat template renders no assistant tool call as given (%s); conversations with tool "
                     "history will be %s", "; ".join(chat.probe.lines()),
                     "rejected" if not chat.probe.renders_calls else "templated in the closest form")
-    return RunSetup(profile, markers, chat, vocab, params, replay)
+    return RunSetup(profile, markers, chat, vocab, params)
 
 
 def run_meta(spec: RunSpec, options: GenerationSettings, setup: RunSetup) -> dict[str, Any]:
@@ -252,11 +236,7 @@ def dry_run(spec: RunSpec, options: GenerationSettings) -> DryRun:
     directory stands (one whose prompts are prepared already)."""
     check_before_loading(spec, options)
     run = RunDirectory(options.run_dir)
-    setup = run_setup(spec, options, run, keep_replay=False)  # nothing is played
-    try:
-        setup.replay.result()
-    finally:
-        setup.close()
+    setup = run_setup(spec, options, run)
     report = DryRun(config=spec.config.name, run_dir=options.run_dir, engine=engine_description(spec, options),
                     max_new_tokens=spec.sampling.max_new_tokens, limit=(spec.max_prompt_tokens, OUR_LIMIT),
                     samples_per_prompt=spec.conversations.samples_per_prompt, started=run.exists())
@@ -286,11 +266,9 @@ def generate(spec: RunSpec, options: GenerationSettings, *, progress_stream: Tex
         return _generate(spec, options, progress_stream=progress_stream)
 
 
-def _start_engine(spec: RunSpec, options: GenerationSettings, setup: RunSetup, note: StepNotes) -> Engine:
-    """The run's engine; `replay` plays the records `run_setup` checked, without parsing the file again."""
-    checked = setup.replay.result()  # awaited: a bad replay file starts no engine
+def _start_engine(spec: RunSpec, options: GenerationSettings, note: StepNotes) -> Engine:
     note(f"starting the engine: {engine_description(spec, options)}")
-    return create_engine(options.engine, replace(options.engine_options(spec), replay_checked=checked))
+    return create_engine(options.engine, options.engine_options(spec))
 
 
 def _generate(spec: RunSpec, options: GenerationSettings, *, progress_stream: TextIO | None = None) -> RunSummary:
@@ -298,12 +276,7 @@ def _generate(spec: RunSpec, options: GenerationSettings, *, progress_stream: Te
     run = RunDirectory(options.run_dir)
     note = StepNotes(run_label(spec.config.name, str(options.shard)), progress_stream)
     note("loading the tokenizer, checking its chat template")
-    setup = run_setup(spec, options, run)
-    try:
-        with setup.replay.errors_after():
-            return _generate_set_up(spec, options, run, setup, started, note)
-    finally:
-        setup.close()
+    return _generate_set_up(spec, options, run, run_setup(spec, options, run), started, note)
 
 
 def _generate_set_up(spec: RunSpec, options: GenerationSettings, run: RunDirectory, setup: RunSetup, started: float,
@@ -322,23 +295,22 @@ def _generate_set_up(spec: RunSpec, options: GenerationSettings, run: RunDirecto
             # Prepared before the engine starts (staging.py): a bad source or template shows before
             # a model loads; an engine that loads nothing (sglang-http) tells its limit first.
             if options.engine in LIMIT_BEFORE_PREPARING:
-                engine = _start_engine(spec, options, setup, note)
+                engine = _start_engine(spec, options, note)
                 limits = prompt_limit(spec, engine)
             note("preparing the prompts: reading them, templating each with the chat template")
             prepared = stage(run, spec, options, chat, chats, limits or (spec.max_prompt_tokens, OUR_LIMIT),
-                             _rollout_reject(options.strict), poll=setup.replay.raise_if_refused)
+                             _rollout_reject(options.strict))
             staged = prepared.staged
         try:
             if staged is not None:
                 check_held_out(prepared, fields)
-            setup.replay.result()  # a bad replay file claims nothing
             # Claimed once the prompts could be prepared: a start that failed there leaves no run
             # behind that would refuse the next command's corrected settings.
             run_fingerprint = run.claim(fields, meta=run_meta(spec, options, setup))
             kill_point("run.claimed")
             if staged is not None:
                 if prepared.kept and engine is None:
-                    engine = _start_engine(spec, options, setup, note)
+                    engine = _start_engine(spec, options, note)
                     limits = prompt_limit(spec, engine)
                 if limits:
                     staged = within(run, prepared, *limits)
@@ -354,7 +326,7 @@ def _generate_set_up(spec: RunSpec, options: GenerationSettings, run: RunDirecto
         index = run.scan(run_fingerprint)
         states, todo = _rollouts_to_do(run, index, options, summary)
         if todo:
-            engine = engine or _start_engine(spec, options, setup, note)
+            engine = engine or _start_engine(spec, options, note)
             limits = limits or prompt_limit(spec, engine)
             next_turns = NextTurns(chats, markers, profile, limits[0])
             progress = Progress(summary, total=summary.counts.rollouts, done=summary.already_done

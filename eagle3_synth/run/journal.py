@@ -2,7 +2,7 @@
 
 Layout and guarantees are in `directory.py`'s module doc. Each process that generates writes its
 own segments (`journal/<session>-<seg>.jsonl`: a header line, then one result per line) and never
-touches another's; the index reads only the head of each line (sample id and finish reason).
+touches another's; the index keeps a few numbers a result (sample id, finish reason, byte offset).
 """
 
 from __future__ import annotations
@@ -39,16 +39,12 @@ JOURNAL_FORMAT = 1
 DEFAULT_ROLL_SECONDS = 600.0
 DEFAULT_ROLL_BYTES = 256 << 20
 
-# A result line starts with these keys (see `encode_result`), so the index reads them without
-# parsing the thousands of output ids behind them.
-_RESULT_HEAD = re.compile(rb'\{"sample_id":(\d+),"finish_reason":"([a-z]+)"(,"continues":true)?'
-                          rb'(?:,"prompt_tokens":\d+,"completion_tokens":(\d+))?')
 _HEADER_PREFIX = b'{"journal":'
-_REASON_CODES = {reason.encode(): code for code, reason in enumerate(FINISH_REASONS)}
+_REASON_CODES = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 _ABORT = FINISH_REASONS.index("abort")
 
 def encode_result(result: GenerationResult, *, continues: bool = False, prompt: TurnPrompt | None = None) -> bytes:
-    """One journal line; `sample_id` and `finish_reason` first, `output_ids` last (see the index).
+    """One journal line; `sample_id` and `finish_reason` first, `output_ids` last.
 
     A turn of an on-policy conversation (`run/conversations.py`) adds `"continues": true` to the
     head when its rollout has a next turn, and, past the first turn, the prompt it was generated
@@ -307,21 +303,18 @@ def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) ->
                     if expected_fingerprint is not None and header.get("fingerprint") != expected_fingerprint:
                         foreign.append(f"{path} (fingerprint {header.get('fingerprint')})")
                 else:
-                    head = _RESULT_HEAD.match(line)
-                    code = _REASON_CODES.get(head.group(2)) if head else None
-                    # A whole result ends with its output_ids list and names one sample; anything
-                    # else (a torn line run together with the next, a hand edit) is not trusted.
-                    if code is None or not line.endswith(b"]}\n") or line.count(b'"sample_id"') != 1:
+                    head = _result_head(line)
+                    if head is None:
                         corrupt += 1
                         log.warning("%s:%d: not a valid journal result; skipped (that sample is generated again)",
                                     path, line_number)
                     else:
-                        ids.append(int(head.group(1)))
+                        ids.append(head[0])
                         file_index.append(number)
                         offsets.append(offset)
-                        reasons.append(code)
-                        continues.append(head.group(3) is not None)
-                        completion.append(int(head.group(4) or 0))
+                        reasons.append(head[1])
+                        continues.append(head[2])
+                        completion.append(head[3])
                 offset += len(line)
     if foreign:
         raise ConfigError(
@@ -344,6 +337,29 @@ def scan_journal(fs: Any, files: list[str], expected_fingerprint: str | None) ->
         torn=torn,
         corrupt=corrupt,
     )
+
+
+def _result_head(line: bytes) -> tuple[int, int, bool, int] | None:
+    """(sample_id, finish reason code, continues, completion_tokens) of a result line; None for anything
+    that is not a whole result (a torn line run together with the next, a hand edit): not trusted.
+
+    The fields before `output_ids` (written last, `encode_result`) are parsed as an object of their
+    own; the thousands of ids behind them are parsed when the result is read (`JournalIndex.reader`)."""
+    at = line.rfind(b',"output_ids":[')
+    if at < 0 or not line.endswith(b"]}\n"):
+        return None
+    try:
+        record = orjson.loads(line[:at] + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    sample_id, reason = record.get("sample_id"), record.get("finish_reason")
+    if type(sample_id) is not int or sample_id < 0 or not isinstance(reason, str) or reason not in _REASON_CODES:
+        return None
+    completion = record.get("completion_tokens")
+    completion = completion if type(completion) is int else 0
+    return sample_id, _REASON_CODES[reason], record.get("continues") is True, completion
 
 
 def _numpy(values: array, dtype: type) -> np.ndarray:

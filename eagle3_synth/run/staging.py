@@ -81,22 +81,12 @@ def _rollouts(spec: RunSpec, options: GenerationSettings, chat: ChatTokenizer, c
                                            sampling=spec.sampling.rollout()))
 
 
-def _polled(rollouts: Iterator[PreparedPrompt], poll: Callable[[], None]) -> Iterator[PreparedPrompt]:
-    for rollout in rollouts:
-        poll()
-        yield rollout
-
-
 def stage(run: RunDirectory, spec: RunSpec, options: GenerationSettings, chat: ChatTokenizer, chats: ChatTokenizers,
-          limit: tuple[int | None, str], reject: Callable[[dict[str, Any]], None], *,
-          poll: Callable[[], None] | None = None) -> Prepared:
-    """Prepare the prompts into the run directory's staging files (`RunDirectory.stage_prompts`).
-
-    `poll` is called before each prompt is staged; what it raises stops the preparation (the
-    replay file's check, running beside it, refusing the file)."""
+          limit: tuple[int | None, str], reject: Callable[[dict[str, Any]], None]) -> Prepared:
+    """Prepare the prompts into the run directory's staging files (`RunDirectory.stage_prompts`)."""
     prepared = Prepared()
     rollouts = _rollouts(spec, options, chat, chats, prepared, *limit, reject)
-    prepared.staged = run.stage_prompts(rollouts if poll is None else _polled(rollouts, poll), prepared.rejects)
+    prepared.staged = run.stage_prompts(rollouts, prepared.rejects)
     return prepared
 
 

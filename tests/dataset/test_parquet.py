@@ -1,4 +1,4 @@
-"""The one Parquet writer: contract schema, shard names, viewer-sized shards, installing, prefetching.
+"""The one Parquet writer: contract schema, shard names, viewer-sized shards, installing.
 
 `build` (through the datasets builder) and `publish` (rewriting shards for the viewer) both name,
 install and type their Parquet files here; the schema is read from the contract, never listed, so
@@ -6,8 +6,6 @@ a column added to `contract.row` reaches both.
 """
 
 from __future__ import annotations
-
-import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +23,6 @@ from eagle3_synth.dataset.parquet import (
     install_shards,
     parquet_bytes,
     parquet_rows,
-    prefetched,
     shard_name,
     write_shards,
 )
@@ -124,50 +121,3 @@ def test_build_and_publish_write_the_contract_s_columns(tmp_path, kimi_tokenizer
     [published] = write_config_shards([built], tmp_path / "tree" / "B1_glaive", FEATURES, ShardLimits())
     assert pq.read_schema(published).equals(FEATURES.arrow_schema)
     assert pq.read_table(published).equals(pq.read_table(built).cast(FEATURES.arrow_schema))
-
-
-def test_prefetched_keeps_the_order_and_stays_close_ahead():
-    made: list[int] = []
-
-    def items():
-        for i in range(50):
-            made.append(i)
-            yield i
-
-    got = []
-    for item in prefetched(items(), depth=2):
-        got.append(item)
-        assert len(made) <= len(got) + 3  # the queue's two, the one waiting to go in, the one taken
-    assert got == list(range(50))
-
-
-def test_prefetched_raises_what_the_producer_raised_where_it_did():
-    def items():
-        yield 1
-        yield 2
-        raise ConfigError("the journal is torn at sample 3")
-
-    got = []
-    with pytest.raises(ConfigError, match="the journal is torn at sample 3"):
-        for item in prefetched(items()):
-            got.append(item)
-    assert got == [1, 2]
-
-
-def test_closing_prefetched_early_stops_the_producer_and_runs_its_cleanup():
-    cleaned = threading.Event()
-
-    def items():
-        try:
-            i = 0
-            while True:
-                yield i
-                i += 1
-        finally:
-            cleaned.set()
-
-    stream = prefetched(items())
-    assert [next(stream) for _ in range(3)] == [0, 1, 2]
-    stream.close()
-    assert cleaned.wait(5)
-    assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())

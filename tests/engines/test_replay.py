@@ -4,13 +4,10 @@ checked: the same contract, the same outcome, each problem named by FILE:LINE an
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-
 import pytest
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams
-from eagle3_synth.engines import replay as replay_module
-from eagle3_synth.engines.replay import CheckedReplay, ReplayEngine, check_replay_file, index_replay_file
+from eagle3_synth.engines.replay import ReplayEngine, check_replay_file, index_replay_file
 from eagle3_synth.engines.result_checks import check_result
 from eagle3_synth.errors import ConfigError, EngineError
 
@@ -43,17 +40,13 @@ def record(sample_id: int, output_ids: list[int], finish_reason: str | None = No
     return json.dumps(fields)
 
 
-def replay(path: str, requests: list[GenerationRequest], params: SamplingParams = PARAMS, *, kept: bool = False) -> dict:
-    """Play `requests` from the file; `kept`: from the records `check_replay_file` kept (as a run does)."""
-    checked = check_replay_file(path, params, keep=True) if kept else None
-    assert (checked is not None) == kept
-    engine = ReplayEngine(path, checked)
+def replay(path: str, requests: list[GenerationRequest], params: SamplingParams = PARAMS) -> dict:
+    """Play `requests` from the file."""
+    engine = ReplayEngine(path)
     try:
         return {result.sample_id: result for result in engine.generate(requests, params)}
     finally:
         engine.close()
-        if checked is not None:
-            checked.close()
 
 
 def violation(error: pytest.ExceptionInfo) -> str:
@@ -73,13 +66,12 @@ def test_replay_and_sglang_refuse_a_broken_result_alike(tmp_path, output_ids, fi
     assert violation(replayed) == violation(served) == what
 
 
-@pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("output_ids, finish_reason, what", BROKEN)
-def test_a_broken_record_is_refused_before_the_run_naming_its_line(tmp_path, output_ids, finish_reason, what, keep):
+def test_a_broken_record_is_refused_before_the_run_naming_its_line(tmp_path, output_ids, finish_reason, what):
     path = write_lines(tmp_path / "replay.jsonl",
                        [record(0, [1000, STOP[0]]), record(1, [1001], "length"), record(2, output_ids, finish_reason)])
     with pytest.raises(ConfigError) as error:
-        check_replay_file(path, PARAMS, keep=keep)
+        check_replay_file(path, PARAMS)
     assert str(error.value) == (f"replay record {path}:3: sample_id 2: {what}; nothing was generated: "
                                 "fix the file and run again")
 
@@ -94,20 +86,18 @@ def test_a_stop_without_its_stop_token_last_is_refused(tmp_path):
         replay(path, [GenerationRequest(0, [11])])
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_every_bad_line_is_counted_and_the_first_named(tmp_path, keep):
+def test_every_bad_line_is_counted_and_the_first_named(tmp_path):
     path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, 5_000_000]), record(1, [1000, STOP[0]]),
                                                    record(2, [-7]), "{\"sample_id\": 3, \"output_ids\": [5, 6"])
     with pytest.raises(ConfigError) as error:
-        check_replay_file(path, PARAMS, keep=keep)
+        check_replay_file(path, PARAMS)
     message = str(error.value)
     assert message.startswith(f"replay record {path}:1: sample_id 0: output_ids[1] = 5000000 is outside")
     assert f"(and 2 more: {path}:3: sample_id 2: output_ids[0] = -7 is outside" in message
     assert f"; {path}:4: not valid JSON" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_a_sample_recorded_twice_is_refused_naming_both_lines(tmp_path, keep):
+def test_a_sample_recorded_twice_is_refused_naming_both_lines(tmp_path):
     path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, STOP[0]]), record(1, [7, STOP[0]]),
                                                    record(1, [8, STOP[0]])])
     message = f"replay record {path}:3: sample_id 1 is recorded again (first at line 2); keep one record per sample"
@@ -115,7 +105,7 @@ def test_a_sample_recorded_twice_is_refused_naming_both_lines(tmp_path, keep):
         index_replay_file(path)
     assert str(error.value) == message
     with pytest.raises(ConfigError) as error:
-        check_replay_file(path, PARAMS, keep=keep)
+        check_replay_file(path, PARAMS)
     assert str(error.value) == f"{message}; nothing was generated: fix the file and run again"
 
 
@@ -135,12 +125,12 @@ MALFORMED = [
 def test_a_malformed_line_is_named_by_its_line_number(tmp_path, line, what):
     path = write_lines(tmp_path / "replay.jsonl", [record(1, [1000, STOP[0]]), line])
     with pytest.raises(ConfigError) as error:
-        check_replay_file(path, PARAMS, keep=True)
+        check_replay_file(path, PARAMS)
     assert str(error.value).startswith(f"replay record {path}:2: {what}")
     with pytest.raises(ConfigError) as error:
         check_replay_file(path, PARAMS)
     assert str(error.value).startswith(f"replay record {path}:2: {what}")
-    # Played back without the check first (the Python API, a check that kept nothing): the run stops the same way.
+    # Played back without the check first (the Python API): the run stops the same way.
     with pytest.raises(EngineError) as error:
         replay(path, [GenerationRequest(1, [11]), GenerationRequest(0, [11])])
     assert str(error.value).startswith(f"sample_id 0: {path}:2 returned a result that breaks the contract: {what}")
@@ -152,36 +142,33 @@ def test_a_line_without_a_sample_id_is_refused_with_its_number(tmp_path):
         check_replay_file(path, PARAMS)
 
 
-@pytest.mark.parametrize("kept", [False, True])
-def test_a_leaked_prompt_is_caught_at_playback_like_sglangs(tmp_path, kept):
+def test_a_leaked_prompt_is_caught_at_playback_like_sglangs(tmp_path):
     leaked = [*REQUEST.prompt_ids, 1000, STOP[0]]
     path = write_lines(tmp_path / "replay.jsonl", [record(5, leaked)])
     check_replay_file(path, PARAMS)  # the file alone is fine: only the prompt shows the leak
     with pytest.raises(EngineError) as replayed:
-        replay(path, [REQUEST], kept=kept)
+        replay(path, [REQUEST])
     with pytest.raises(EngineError) as served:
         check_result(REQUEST, R.finished("r", 4, leaked, R.stop_reason(STOP[0])), "x", PARAMS)
     assert violation(replayed) == violation(served) == "output_ids start with the prompt ids (the prompt leaked into the output)"
 
 
-@pytest.mark.parametrize("kept", [False, True])
-def test_an_abort_record_or_a_missing_one_is_that_samples_error(tmp_path, kept):
+def test_an_abort_record_or_a_missing_one_is_that_samples_error(tmp_path):
     path = write_lines(tmp_path / "replay.jsonl", [record(0, [], "abort", error="server said no"),
                                                    record(2, [1000, STOP[0]])])
     check_replay_file(path, PARAMS)
-    results = replay(path, [GenerationRequest(i, [11, 12]) for i in range(3)], kept=kept)
+    results = replay(path, [GenerationRequest(i, [11, 12]) for i in range(3)])
     assert (results[0].finish_reason, results[0].error) == ("abort", f"{path}:1: server said no")
     assert (results[1].finish_reason, results[1].error) == ("abort", f"replay file {path} has no record for sample_id 1")
     assert (results[2].output_ids, results[2].finish_reason, results[2].prompt_tokens) == ([1000, STOP[0]], "stop", 2)
 
 
-@pytest.mark.parametrize("kept", [False, True])
-def test_a_good_file_plays_back_exactly(tmp_path, kept):
+def test_a_good_file_plays_back_exactly(tmp_path):
     lines = [record(0, [5, 6, STOP[1]], "length"), record(1, [1000, STOP[0]]), record(2, [1000, 1001]),
              record(3, [2047, 0] * 4, "length")]
     path = write_lines(tmp_path / "replay.jsonl", lines)
     check_replay_file(path, PARAMS)
-    results = replay(path, [GenerationRequest(i, [11]) for i in range(4)], kept=kept)
+    results = replay(path, [GenerationRequest(i, [11]) for i in range(4)])
     assert [(r.output_ids, r.finish_reason, r.error) for r in results.values()] == [
         ([5, 6, STOP[1]], "length", None),  # SGLang checks the length first: a stop id last may end a length
         ([1000, STOP[0]], "stop", None),  # no finish_reason: a final stop id says stop
@@ -196,92 +183,10 @@ def test_a_missing_replay_file_is_named(tmp_path):
     assert str(error.value).startswith(f"--replay {tmp_path / 'nothing.jsonl'}: no such file")
 
 
-# -- the file parsed once: the check keeps what it parsed, playback reads it back -----------------------
-
-GOOD = [record(0, [5, 6, STOP[1]], "length"), record(1, [1000, STOP[0]]), "", record(3, [1000, 1001]),
-        record(2, [], "abort", error="server said no"), record(4, [2047, 0] * 4, "length")]
-
-
-def counting_parses(monkeypatch) -> list[bytes]:
-    """Every line `parse_record` is handed from now on (the one place a replay line is parsed)."""
-    parsed: list[bytes] = []
-    parse = replay_module.parse_record
-
-    def counted(line: bytes):
-        parsed.append(line)
-        return parse(line)
-
-    monkeypatch.setattr(replay_module, "parse_record", counted)
-    return parsed
-
-
-def test_each_line_is_parsed_once_by_the_check_and_playback_together(tmp_path, monkeypatch):
-    path = write_lines(tmp_path / "replay.jsonl", GOOD)
-    requests = [GenerationRequest(i, [11]) for i in range(6)]
-    expected = replay(path, requests)  # played without the check: each line parsed as it is played
-    parsed = counting_parses(monkeypatch)
-    played = replay(path, requests, kept=True)
-    assert sorted(parsed) == sorted(line.encode() + b"\n" for line in GOOD if line)  # each record once
-    assert played == expected
-    assert played[5].error == f"replay file {path} has no record for sample_id 5"
-
-
-def test_playback_plays_what_was_checked_without_reading_the_file(tmp_path):
-    path = write_lines(tmp_path / "replay.jsonl", GOOD)
-    requests = [GenerationRequest(i, [11]) for i in range(5)]
-    expected = replay(path, requests)
-    checked = check_replay_file(path, PARAMS, keep=True)
-    write_lines(tmp_path / "replay.jsonl", ["not a record"])  # changed after the check: what was checked plays
-    engine = ReplayEngine(path, checked)
-    try:
-        assert {result.sample_id: result for result in engine.generate(requests, PARAMS)} == expected
-    finally:
-        engine.close()
-        checked.close()
-
-
-def test_a_kept_record_is_checked_again_against_a_lower_cap_of_its_request(tmp_path):
-    """A request's own max_new_tokens (a sampling mix) below the run's: the kept output is checked again."""
+def test_a_record_is_checked_against_a_lower_cap_of_its_request(tmp_path):
+    """A request's own max_new_tokens (a sampling mix) below the run's: the output is checked against it."""
     path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, 1001, 1002], "length")])
-    request = GenerationRequest(0, [11], sampling={"max_new_tokens": 2, "seed": None})
-    for kept in (False, True):
-        with pytest.raises(EngineError) as error:
-            replay(path, [request], kept=kept)
-        assert violation(error) == "3 output ids, more than max_new_tokens = 2"
-
-
-def test_a_refused_file_keeps_nothing_open(tmp_path, monkeypatch):
-    closed: list[CheckedReplay] = []
-    close = CheckedReplay.close
-    monkeypatch.setattr(CheckedReplay, "close", lambda self: (closed.append(self), close(self)))
-    path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, STOP[0]]), record(1, [1000, 5_000_000])])
-    with pytest.raises(ConfigError, match=r"replay\.jsonl:2: sample_id 1: output_ids\[1\] = 5000000"):
-        check_replay_file(path, PARAMS, keep=True)
-    assert len(closed) == 1 and closed[0]._spill.closed
-
-
-class FullDisk:
-    """A temporary file on a full disk: every write fails."""
-
-    closed = False
-
-    def write(self, data):
-        raise OSError(28, "No space left on device")
-
-    def close(self):
-        self.closed = True
-
-
-def test_records_that_cannot_be_kept_are_still_checked_and_played_from_the_file(tmp_path, monkeypatch, caplog):
-    path = write_lines(tmp_path / "replay.jsonl", GOOD)
-    monkeypatch.setattr(replay_module.tempfile, "TemporaryFile", lambda **kwargs: FullDisk())
-    assert check_replay_file(path, PARAMS, keep=True) is None  # checked, not kept: playback parses the file
-    assert "could not be kept ([Errno 28] No space left on device); playback parses the file again" in caplog.text
-    bad = write_lines(tmp_path / "bad.jsonl", [record(0, [1000, 5_000_000])])
-    with pytest.raises(ConfigError, match="output_ids\\[1\\] = 5000000 is outside"):
-        check_replay_file(bad, PARAMS, keep=True)
-
-
-def test_nothing_is_kept_without_a_vocabulary_to_check_the_ids_against(tmp_path):
-    path = write_lines(tmp_path / "replay.jsonl", [record(0, [1000, STOP[0]])])
-    assert check_replay_file(path, replace(PARAMS, vocab_size=None), keep=True) is None
+    check_replay_file(path, PARAMS)  # within the run's cap
+    with pytest.raises(EngineError) as error:
+        replay(path, [GenerationRequest(0, [11], sampling={"max_new_tokens": 2, "seed": None})])
+    assert violation(error) == "3 output ids, more than max_new_tokens = 2"

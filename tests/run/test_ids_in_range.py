@@ -12,7 +12,7 @@ from datasets import load_dataset
 from eagle3_synth.run.directory import RunDirectory
 
 from ..conftest import KIMI_TOKENIZER, QWEN_TOKENIZER, TINY_MODEL
-from ..support.cli_runs import marker_ids, run_cli, write_replay
+from ..support.cli_runs import marker_ids, run_cli, write_prompts, write_replay
 
 
 def replay_build(replay, out, capsys, *extra: str, config: str = "B1_glaive", model=KIMI_TOKENIZER) -> tuple[int, str]:
@@ -69,6 +69,21 @@ def test_a_bad_replay_file_is_refused_before_the_run_and_the_fixed_one_builds(tm
     assert load_dataset(str(out), "B1_glaive", split="train")["output_ids"] == outputs
 
 
+def test_a_bad_replay_file_is_the_error_even_where_a_prompt_fails_too(tmp_path, kimi_tokenizer, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, ['{"messages": [{"role": "user", "content": "Hi"}]}', "{not json"])
+    good = tmp_path / "replay.jsonl"
+    write_replay(good, kimi_tokenizer, 2)
+    code, text = replay_build(good, tmp_path / "ds", capsys, "--strict", "--prompts", str(prompts))
+    assert code == 2 and "prompts.jsonl:2 (sample_id 1): not valid JSON" in text  # the prompt's error alone
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text(encoding="utf-8"), encoding="utf-8")
+    rewrite_line(bad, 2, {"sample_id": 1, "output_ids": [1000, 5_000_000], "finish_reason": "length"})
+    code, text = replay_build(bad, tmp_path / "ds", capsys, "--strict", "--prompts", str(prompts))
+    (line,) = [line for line in text.splitlines() if "error:" in line]
+    assert code == 2 and line.startswith(f"eagle3-synth build: error: replay record {bad}:2: sample_id 1: ")
+    assert not (tmp_path / "ds" / ".runs" / "B1_glaive").exists()  # nothing claimed, nothing staged left
+
 def test_a_leaked_prompt_is_refused_before_the_run(tmp_path, kimi_tokenizer, capsys):
     """An outside engine that echoed the prompt: the prompt's own end-of-turn ids are stop ids inside."""
     good = tmp_path / "replay.jsonl"
@@ -85,9 +100,9 @@ def test_a_leaked_prompt_is_refused_before_the_run(tmp_path, kimi_tokenizer, cap
 def test_a_run_stopped_by_a_bad_record_keeps_what_it_journaled(tmp_path, kimi_tokenizer, capsys, monkeypatch):
     """A record only playback finds bad (here the file check is skipped, so playback parses the file and
     meets the bad record): the run stops naming the sample and line, and keeps what it journaled before."""
-    import eagle3_synth.run.replay_check as replay_check_module
+    import eagle3_synth.run.generate as generate_module
 
-    monkeypatch.setattr(replay_check_module, "check_replay_file", lambda path, params, **kwargs: None)
+    monkeypatch.setattr(generate_module, "check_replay_file", lambda path, params: None)
     replay = tmp_path / "replay.jsonl"
     outputs = write_replay(replay, kimi_tokenizer, 6)
     rewrite_line(replay, 4, {"sample_id": 3, "output_ids": [1000, 5_000_000], "finish_reason": "length"})
@@ -148,19 +163,3 @@ def test_the_model_folders_own_tokenizer_given_again_is_accepted(tmp_path, kimi_
                        "--engine", "replay", "--replay", str(replay), "--out", str(tmp_path / "ds")], capsys)
     assert code == 0
 
-
-def test_a_replay_build_parses_each_record_once(tmp_path, kimi_tokenizer, capsys, monkeypatch):
-    """Checked before the run and played after it, each line of the file is parsed once:
-    playback reads back what the check kept, and the run frees it at the end."""
-    from eagle3_synth.engines import replay as replay_module
-
-    parsed, closed = [], []
-    parse, close = replay_module.parse_record, replay_module.CheckedReplay.close
-    monkeypatch.setattr(replay_module, "parse_record", lambda line: (parsed.append(line), parse(line))[1])
-    monkeypatch.setattr(replay_module.CheckedReplay, "close", lambda self: (closed.append(self), close(self)))
-    replay = tmp_path / "replay.jsonl"
-    outputs = write_replay(replay, kimi_tokenizer, 6)
-    assert replay_build(replay, tmp_path / "ds", capsys)[0] == 0
-    assert sorted(parsed) == sorted(replay.read_bytes().splitlines(keepends=True))
-    assert len(closed) == 1 and closed[0]._spill.closed
-    assert load_dataset(str(tmp_path / "ds"), "B1_glaive", split="train")["output_ids"] == outputs

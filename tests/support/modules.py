@@ -1,7 +1,6 @@
-"""Python processes that import the checkout's top-level folders (examples/, benchmarks/, stand_ins/,
-tests/) from any working folder, with no `sys.path` edit of their own: the checkout's root on
-PYTHONPATH. So the tests run examples/ and benchmarks/ as their docs do (`python -m examples.<name>`,
-`python -m benchmarks.<name>`), in a folder of the test's."""
+"""Python processes that import the checkout's top-level folders (examples/, stand_ins/, tests/) from
+any working folder, with no `sys.path` edit of their own: the checkout's root on PYTHONPATH. So the
+tests run examples/ as their docs do (`python -m examples.<name>`), in a folder of the test's."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Why not batch calls: a batch call returns only when its slowest prompt ends (a 10,240-token tail
 keeps a whole chunk waiting while the engine drains), and one failing prompt fails the whole call.
 Keeping `size` single requests in flight, and submitting the next one as soon as any finishes,
-keeps a continuous-batching engine full until the prompts run out (see benchmarks/bench_scheduling.py).
+keeps a continuous-batching engine full until the prompts run out (benchmarks/bench_window.py).
 
 The window runs on a caller-given event loop in the caller's thread, between the results it
 yields: SGLang's in-process engine binds its request handling to one loop (`Engine.loop`), and
