@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test docs clean speculators-venv specforge-venv sglang-venv train-demo specforge-train-demo
+.PHONY: setup demo test test-all docs clean speculators-venv specforge-venv sglang-venv train-demo specforge-train-demo
 
 # Each long step says what it does and about how long it takes (measured with a warm pip cache on 2
 # cores; a cold cache adds the downloads); pip's own output goes to install.log, shown on failure.
@@ -25,8 +25,16 @@ setup: $(BIN)/eagle3-synth
 demo: setup
 	$(BIN)/python -m examples.demo
 
+# The tests in two tiers (tests/conftest.py says what is slow): `make test` runs the fast one, everything
+# but the real SGLang, the trainers' venvs, Slurm, Ray and the demos, where a test over 5 s fails; `make
+# test-all` runs it, then the slow one (it needs the three tool venvs below, Slurm and Ray, and skips
+# what is missing). PYTEST_ARGS goes to both (`.ci/run` gives --durations=15).
+PYTEST = $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 test: setup
-	$(BIN)/python -m pytest -q -rs
+	$(PYTEST) -m "not slow"
+
+test-all: test
+	$(PYTEST) -m slow
 
 # The docs site (mkdocs.yml, docs/), built as CI builds it: any warning (a broken link or anchor)
 # fails. The reference pages come from `python docs/generate.py` (tests/test_docs.py checks them).
@@ -36,109 +44,118 @@ docs: setup
 	@$(BIN)/pip install --quiet -e '.[docs]' >>$(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# speculators 0.9.0 in a virtual environment of its own (it pins older datasets/transformers than
-# ours): CPU torch first, then speculators without its dependencies, then those dependencies from
-# examples/speculators-requirements.txt (read from its METADATA, torch pinned, no torchvision/torchaudio).
-# Fails if that last step changed torch or added nvidia-* packages. About 1-2 min with a warm pip cache.
+# ---- The tool venvs ------------------------------------------------------------------------------
+# Each is built once per machine outside the clone, in $(CACHE)/venvs/<name>-<key>, the key a hash of
+# what makes it (its requirement files, the files its recipe installs, and this section of the
+# Makefile), and the clone's .venv-<name> points at it: a fresh clone on a warm machine builds none.
+# A venv is built where it stays (pip writes its path into the scripts it installs); `installed` is
+# touched only once every step and check passed, and a folder without it is built afresh.
+CACHE := $(or $(EAGLE3_SYNTH_CACHE),$(HOME)/.cache/eagle3-synth)
+comma := ,
+cached_venv = $(CACHE)/venvs/$(1)-$(shell (sed -n '/^# ---- The tool venvs/,/^# ---- End of the tool venvs/p' Makefile; \
+	cat $(2)) | sha256sum | cut -c1-12)
+
+# speculators 0.9.0 and SpecForge 0.2.0, each in a venv of its own (they pin other torch, transformers
+# and datasets versions than ours, and than each other), made by one recipe: CPU torch first, then the
+# tool without its dependencies, then only the requirements in examples/<tool>-requirements.txt
+# (speculators': read from its METADATA, torch pinned, no torchvision/torchaudio; SpecForge's: what
+# its offline reader and training loop import, transformers 5.8.1 as it pins, no sglang, no triton).
+# Fails if that changed torch or brought in nvidia-*/sglang/triton packages, or the tool's modules do
+# not import. About 1-2 min each with a warm pip cache. SpecForge serves tests/train/test_hidden_states.py
+# (its offline reader) and `make specforge-train-demo` (its offline EAGLE-3 training loop).
+# $(1): the venv, $(2): the tool's packages, $(3): its requirement file, $(4): the modules to import.
+define TRAINER_VENV
+	@echo "$(1): creating it (pip's output goes to $(1)/install.log)"
+	@rm -rf $(1) && $(PYTHON) -m venv $(1)
+	@$(1)/bin/pip install --quiet --upgrade pip >$(1)/install.log 2>&1 || (cat $(1)/install.log; exit 1)
+	@echo "$(1): installing torch 2.13.0 (CPU), ~1 min"
+	@$(1)/bin/pip install --quiet torch==2.13.0 >>$(1)/install.log 2>&1 || (cat $(1)/install.log; exit 1)
+	@$(1)/bin/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(1)/torch-before.txt
+	@echo "$(1): installing $(2), then its requirements ($(3)), ~30 s"
+	@# pip warns that the tool's own pins are unmet: that is the point.
+	@$(1)/bin/pip install --quiet --no-deps $(2) >>$(1)/install.log 2>&1 || (cat $(1)/install.log; exit 1)
+	@$(1)/bin/pip install --quiet -r $(3) >>$(1)/install.log 2>&1 || (cat $(1)/install.log; exit 1)
+	$(1)/bin/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(1)/torch-before.txt - \
+		|| (echo "$(1): its dependencies changed torch (lines above); not using it"; exit 1)
+	! $(1)/bin/pip list --format=freeze | grep -iE '^(nvidia-|sglang|triton)' \
+		|| (echo "$(1): the packages above are CUDA/SGLang ones; not using it"; exit 1)
+	$(1)/bin/python -c "import $(4)" >>$(1)/install.log 2>&1 || (cat $(1)/install.log; exit 1)
+	@echo "$(1): $$($(1)/bin/pip list --format=freeze | grep -iE '^(torch|transformers|$(firstword $(2)))' | tr '\n' ' ')"
+	touch $(1)/installed
+endef
+
 SPEC_VENV := .venv-speculators
 SPEC_BIN := $(SPEC_VENV)/bin
-SPEC_LOG := $(SPEC_VENV)/install.log
-# Touched only once every step and check passed (pip writes bin/speculators before the torch check).
-SPEC_DONE := $(SPEC_VENV)/installed
+SPEC_CACHED := $(call cached_venv,speculators,examples/speculators-requirements.txt)
+$(SPEC_CACHED)/installed:
+	$(call TRAINER_VENV,$(SPEC_CACHED),speculators==0.9.0 hs-connectors==0.9.0,examples/speculators-requirements.txt,speculators$(comma) hs_connectors)
 
-$(SPEC_DONE): examples/speculators-requirements.txt
-	@echo "$(SPEC_VENV): creating it afresh (pip's output goes to $(SPEC_LOG))"
-	@rm -rf $(SPEC_VENV)
-	@$(PYTHON) -m venv $(SPEC_VENV)
-	@$(SPEC_BIN)/pip install --quiet --upgrade pip >$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	@echo "$(SPEC_VENV): installing torch 2.13.0 (CPU), ~1 min"
-	@$(SPEC_BIN)/pip install --quiet torch==2.13.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	@$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SPEC_VENV)/torch-before.txt
-	@echo "$(SPEC_VENV): installing speculators 0.9.0, then its requirements (examples/speculators-requirements.txt), ~30 s"
-	@$(SPEC_BIN)/pip install --quiet --no-deps speculators==0.9.0 hs-connectors==0.9.0 >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	@$(SPEC_BIN)/pip install --quiet -r examples/speculators-requirements.txt >>$(SPEC_LOG) 2>&1 || (cat $(SPEC_LOG); exit 1)
-	$(SPEC_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(SPEC_VENV)/torch-before.txt - \
-		|| (echo "$(SPEC_VENV): speculators' dependencies changed torch (lines above); not using it"; exit 1)
-	@echo "$(SPEC_VENV): $$(grep -i '^torch=' $(SPEC_VENV)/torch-before.txt), nvidia-* packages: $$(grep -ic '^nvidia-' $(SPEC_VENV)/torch-before.txt)"
-	touch $@
-
-speculators-venv: $(SPEC_DONE)
-
-# SpecForge 0.2.0 in a virtual environment of its own, for the tests that run its own code on our
-# files: its offline reader (tests/train/test_hidden_states.py) and its offline EAGLE-3 training loop
-# (`make specforge-train-demo`, tests/examples/test_specforge_demo.py). Its METADATA pins
-# torch==2.11.0, transformers==5.8.1 and sglang==0.5.14 (CUDA builds), so: CPU torch, then SpecForge
-# with --no-deps, then only what the offline training path imports (examples/specforge-requirements.txt:
-# transformers 5.8.1 as pinned, accelerate, datasets, pydantic, pyyaml, safetensors; no sglang, no
-# triton). Fails if that changed torch or brought in nvidia-*/sglang/triton packages. One venv for
-# both (not a second one for training): one torch install, one SpecForge. About 1 min, pip cache warm.
 SF_VENV := .venv-specforge
 SF_BIN := $(SF_VENV)/bin
-SF_LOG := $(SF_VENV)/install.log
-SF_DONE := $(SF_VENV)/installed
+SF_CACHED := $(call cached_venv,specforge,examples/specforge-requirements.txt)
+$(SF_CACHED)/installed:
+	$(call TRAINER_VENV,$(SF_CACHED),specforge==0.2.0,examples/specforge-requirements.txt,specforge.runtime.data_plane.offline_reader$(comma) specforge.algorithms.eagle3.data$(comma) specforge.cli)
 
-$(SF_DONE): examples/specforge-requirements.txt
-	@echo "$(SF_VENV): creating it afresh (pip's output goes to $(SF_LOG))"
-	@rm -rf $(SF_VENV)
-	@$(PYTHON) -m venv $(SF_VENV)
-	@$(SF_BIN)/pip install --quiet --upgrade pip >$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	@echo "$(SF_VENV): installing torch 2.13.0 (CPU), ~1 min"
-	@$(SF_BIN)/pip install --quiet torch==2.13.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	@$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' > $(SF_VENV)/torch-before.txt
-	@echo "$(SF_VENV): installing SpecForge 0.2.0, then what its offline training imports (examples/specforge-requirements.txt), ~30 s"
-	@$(SF_BIN)/pip install --quiet --no-deps specforge==0.2.0 >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	@# pip warns that SpecForge's own pins (torch 2.11.0, sglang ...) are unmet: that is the point.
-	@$(SF_BIN)/pip install --quiet -r examples/specforge-requirements.txt >>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	$(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|nvidia-)' | diff $(SF_VENV)/torch-before.txt - \
-		|| (echo "$(SF_VENV): SpecForge's dependencies changed torch (lines above); not using it"; exit 1)
-	! $(SF_BIN)/pip list --format=freeze | grep -iE '^(nvidia-|sglang|triton)' \
-		|| (echo "$(SF_VENV): the packages above are CUDA/SGLang ones; not using it"; exit 1)
-	$(SF_BIN)/python -c "import specforge.runtime.data_plane.offline_reader, specforge.algorithms.eagle3.data, specforge.cli" \
-		>>$(SF_LOG) 2>&1 || (cat $(SF_LOG); exit 1)
-	@echo "$(SF_VENV): $$($(SF_BIN)/pip list --format=freeze | grep -iE '^(torch|specforge|transformers)=' | tr '\n' ' ')"
-	touch $@
-
-specforge-venv: $(SF_DONE)
+# The clone's link to the cached venv (replacing a venv that an older checkout built in place).
+speculators-venv: $(SPEC_CACHED)/installed
+	@[ "$$(readlink $(SPEC_VENV))" = "$(SPEC_CACHED)" ] || (rm -rf $(SPEC_VENV) && ln -s $(SPEC_CACHED) $(SPEC_VENV))
+specforge-venv: $(SF_CACHED)/installed
+	@[ "$$(readlink $(SF_VENV))" = "$(SF_CACHED)" ] || (rm -rf $(SF_VENV) && ln -s $(SF_CACHED) $(SF_VENV))
 
 # The real SGLang 0.5.23 on the CPU backend (bf16; AMX kernels on a Xeon with AMX, x86-64-v3 ones on any
 # other AVX2 CPU: examples/sglang_cpu/build_kernels.py), in a virtual environment of its own:
 # it pins torch==2.14.1 (PyPI's CUDA build, which runs on a CPU: the local +cpu torch cannot serve,
 # sglang imports torchvision and PyPI's is CUDA-linked) and transformers==5.19.0. sglang itself with
 # --no-deps, then its requirements less the CUDA-only ones (examples/sglang-requirements.txt says
-# which and why), then this package (for --engine sglang, which runs SGLang in our process), then
+# which and why), then this package's requirements (for --engine sglang, which runs SGLang in our process), then
 # SGLang's CPU kernels, built from SGLang's own source (examples/sglang_cpu/build_kernels.py; cached
 # outside the checkout, so a machine builds them once: 5-8 min on 2 cores), with the build's SGLang plugin
 # (examples/sglang_cpu/cpu_plugin.py: on a CPU without AMX it keeps the CPU attention backend, the one
 # with EAGLE speculative decoding, whose extend attention the build computes in ATen). Checked by a one-prompt
 # generate on the bundled tiny model. Needs libnuma's headers (apt-get install libnuma-dev).
 # About 7 GB; 3-4 min with a warm pip cache and a cached kernel build.
+# The cached venv holds no eagle3-synth (clones differ in it): the clone's .venv-sglang is a venv of its
+# own with this package installed editable and a .pth that adds the cached venv's site-packages
+# (`site.addsitedir`, so the .pth files there run too), so each clone's `.venv-sglang/bin/eagle3-synth`
+# runs that clone's code, and removing a clone leaves the cached venv whole.
 SGL_VENV := .venv-sglang
 SGL_BIN := $(SGL_VENV)/bin
-SGL_LOG := $(SGL_VENV)/install.log
-SGL_DONE := $(SGL_VENV)/installed
+SGL_CACHED := $(call cached_venv,sglang,examples/sglang-requirements.txt examples/sglang_cpu/build_kernels.py \
+	examples/sglang_cpu/attention_0_5_23.cpp examples/sglang_cpu/cpu_plugin.py pyproject.toml)
+SGL_LOG := $(SGL_CACHED)/install.log
+site_packages = $$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 
-$(SGL_DONE): examples/sglang-requirements.txt examples/sglang_cpu/build_kernels.py examples/sglang_cpu/attention_0_5_23.cpp examples/sglang_cpu/cpu_plugin.py pyproject.toml
-	@echo "$(SGL_VENV): creating it afresh (pip's output and the kernel build's go to $(SGL_LOG))"
-	@rm -rf $(SGL_VENV)
-	@$(PYTHON) -m venv $(SGL_VENV)
-	@$(SGL_BIN)/pip install --quiet --upgrade pip >$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
-	@echo "$(SGL_VENV): installing sglang 0.5.23 (without its CUDA-only requirements), ~10 s"
-	@$(SGL_BIN)/pip install --quiet --no-deps sglang==0.5.23 >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+$(SGL_CACHED)/installed:
+	@echo "$(SGL_CACHED): creating it (pip's output and the kernel build's go to $(SGL_LOG))"
+	@rm -rf $(SGL_CACHED) && $(PYTHON) -m venv $(SGL_CACHED)
+	@$(SGL_CACHED)/bin/pip install --quiet --upgrade pip >$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@echo "$(SGL_CACHED): installing sglang 0.5.23 (without its CUDA-only requirements), ~10 s"
+	@$(SGL_CACHED)/bin/pip install --quiet --no-deps sglang==0.5.23 >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
 	@# pip warns that sglang's CUDA-only requirements are unmet: that is the point.
-	@echo "$(SGL_VENV): installing its requirements, torch 2.14.1 among them (examples/sglang-requirements.txt, ~5 GB), ~3-6 min"
-	@$(SGL_BIN)/pip install --quiet -r examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
-	@# This package, with sglang's pins held (torch, transformers, tokenizers as sglang needs them).
-	@echo "$(SGL_VENV): installing eagle3-synth (editable) with sglang's pins held, ~20 s"
-	@$(SGL_BIN)/pip install --quiet -e . -c examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
-	@echo "$(SGL_VENV): SGLang's CPU kernels from its source (examples/sglang_cpu/build_kernels.py): 5-8 min on 2 idle cores the first time (20 on a busy machine), seconds once cached"
-	@$(SGL_BIN)/python -m examples.sglang_cpu.build_kernels >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
+	@echo "$(SGL_CACHED): installing its requirements, torch 2.14.1 among them (examples/sglang-requirements.txt, ~5 GB), ~3-6 min"
+	@$(SGL_CACHED)/bin/pip install --quiet -r examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@# This package's requirements, with sglang's pins held (torch, transformers, tokenizers as sglang needs them).
+	@echo "$(SGL_CACHED): installing eagle3-synth's requirements with sglang's pins held, ~20 s"
+	@$(SGL_CACHED)/bin/pip install --quiet . -c examples/sglang-requirements.txt >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@$(SGL_CACHED)/bin/pip uninstall --quiet --yes eagle3-synth >>$(SGL_LOG) 2>&1 || (cat $(SGL_LOG); exit 1)
+	@echo "$(SGL_CACHED): SGLang's CPU kernels from its source (examples/sglang_cpu/build_kernels.py): 5-8 min on 2 idle cores the first time (20 on a busy machine), seconds once cached"
+	@$(SGL_CACHED)/bin/python -m examples.sglang_cpu.build_kernels >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
 	@grep '^sgl_kernel' $(SGL_LOG)
-	@echo "$(SGL_VENV): checking it with a one-prompt generate on the tiny model, ~1 min"
-	@$(SGL_BIN)/python -m examples.sglang_cpu.check_engine >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
-	@echo "$(SGL_VENV): $$($(SGL_BIN)/pip list --format=freeze | grep -iE '^(torch|sglang|sglang-router|transformers)=' | tr '\n' ' ')"
+	@echo "$(SGL_CACHED): checking it with a one-prompt generate on the tiny model, ~1 min"
+	@$(SGL_CACHED)/bin/python -m examples.sglang_cpu.check_engine >>$(SGL_LOG) 2>&1 || (tail -50 $(SGL_LOG); exit 1)
+	@echo "$(SGL_CACHED): $$($(SGL_CACHED)/bin/pip list --format=freeze | grep -iE '^(torch|sglang|sglang-router|transformers)=' | tr '\n' ' ')"
 	touch $@
 
-sglang-venv: $(SGL_DONE)
+$(SGL_VENV)/installed: $(SGL_CACHED)/installed
+	@echo "$(SGL_VENV): this clone's eagle3-synth (editable) over $(SGL_CACHED), ~10 s"
+	@rm -rf $(SGL_VENV) && $(PYTHON) -m venv --without-pip $(SGL_VENV)
+	@echo "import site; site.addsitedir('$(call site_packages,$(SGL_CACHED))')" >"$(call site_packages,$(SGL_VENV))/sglang-venv.pth"
+	@$(SGL_CACHED)/bin/pip --python $(SGL_BIN)/python install --quiet --no-deps --no-build-isolation -e . \
+		>$(SGL_VENV)/install.log 2>&1 || (cat $(SGL_VENV)/install.log; exit 1)
+	touch $@
+
+sglang-venv: $(SGL_VENV)/installed
+# ---- End of the tool venvs ----------------------------------------------------------------------
 
 # A tiny EAGLE-3 drafter trained on the CPU by speculators' own training loop, then served by the real
 # SGLang's EAGLE-3 speculative decoding on the held-out rows (examples/train_demo.py).

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import resource
+import time
 from pathlib import Path
 
 import pytest
 
-from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE
+# Before torch loads OpenMP: its idle threads sleep instead of spinning, which on a busy machine burns
+# CPU time that the 5 s limit below counts and that every other process needs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE  # noqa: E402
 from eagle3_synth.engines.sglang.processes import CPU_ALLREDUCE_SHM
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,6 +24,42 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KIMI_TOKENIZER = FIXTURES / "tokenizers" / "kimi_k25"
 QWEN_TOKENIZER = FIXTURES / "tokenizers" / "qwen3"
 TINY_MODEL = FIXTURES / "models" / "tiny-kimi"
+
+# Two tiers: `make test` runs what is not marked slow, `make test-all` runs everything. Slow is what needs
+# the real SGLang, a trainer's venv, Slurm or Ray, or runs a demo: the folders and fixtures below mark
+# their tests, a single slow test elsewhere says so itself (`@pytest.mark.slow`).
+SLOW_FOLDERS = ("engines/real", "examples")
+SLOW_FIXTURES = {"slurm", "ray_cluster", "speculators_python", "specforge_python"}
+# A fast-tier test over this many seconds fails. The measure is the smaller of the call's wall time and
+# the CPU time of the test process and of the children it waited for: on a shared machine the wall
+# clock grows with others' load and CPU time does not, while torch's threads make CPU time exceed the
+# wall clock; a test is too slow only when both say so. Processes the test does not wait for (a
+# forkserver's, a pool's) are not counted: CI's --durations=15 shows what that leaves out.
+FAST_LIMIT_S = 5.0
+
+
+def pytest_collection_modifyitems(items):
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        folder = item.path.parent.relative_to(tests).as_posix()
+        if folder.startswith(SLOW_FOLDERS) or SLOW_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
+def cpu_seconds() -> float:
+    usages = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(usage.ru_utime + usage.ru_stime for usage in usages)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    result = yield
+    taken = min(time.perf_counter() - wall, cpu_seconds() - cpu)
+    if taken > FAST_LIMIT_S and item.get_closest_marker("slow") is None:
+        pytest.fail(f"{item.nodeid} took {taken:.1f} s (over {FAST_LIMIT_S:.0f} s of both wall and CPU time) "
+                    "in the fast tier: mark it @pytest.mark.slow or make it faster", pytrace=False)
+    return result
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 
+import pytest
 from datasets import load_dataset
 from huggingface_hub import DatasetCard
 
@@ -45,6 +46,7 @@ def build_argv(config: str, replay, out, *extra: str) -> list[str]:
             "--out", str(out), *extra]
 
 
+@pytest.mark.slow  # eight builds at once on the machine's cores
 def test_eight_configs_built_into_one_folder_at_once_are_all_listed_and_load(tmp_path, kimi_tokenizer):
     write_replay(tmp_path / "replay.jsonl", kimi_tokenizer, 12)
     rows = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datasets
 import pyarrow.parquet as pq
+import pytest
 
 from eagle3_synth.cli import main
 from eagle3_synth.prompts.held_out import validation_conversations
@@ -30,6 +31,7 @@ def by_conversation(rows: list[dict]) -> dict[int, list[dict]]:
     return grouped
 
 
+@pytest.mark.slow  # two multi-turn builds on the tiny model
 def test_whole_conversations_go_to_validation_and_load_by_split_name(tmp_path):
     plain = tmp_path / "plain"  # no --validation: train alone
     assert main([*ARGV, "--out", str(plain)]) == 0

@@ -17,7 +17,7 @@ import textwrap
 import time
 import types
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Optional
 
 import pytest
 from datasets import load_dataset
@@ -25,14 +25,13 @@ from datasets import load_dataset
 from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.engines.sglang import engine as sglang_engine
-from eagle3_synth.engines.retry import RetryPolicy
 from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, type_engine_args
 from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FEATURES
 
 from ..conftest import TINY_MODEL
 from stand_ins import sglang_results as R
-from ..support.fake_sglang import Engine as FakeEngine, HTTPException, Reply, is_alive
+from ..support.fake_sglang import FIELD_NAMES, FIELDS, Engine as FakeEngine, HTTPException, Reply, is_alive
 from ..support.modules import root_on_path
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None  # never in the package's own venv (make sglang-venv)
@@ -40,44 +39,8 @@ HAS_SGLANG = importlib.util.find_spec("sglang") is not None  # never in the pack
 REPO = Path(__file__).resolve().parents[2]
 
 
-class Arg:
-    """The shape of sglang.srt.arg_groups.arg_utils.Arg as it appears in ServerArgs annotations."""
-
-    def __init__(self, help: str, choices: list | None = None):
-        self.help = help
-        self.choices = choices
-
-
-# Real ServerArgs fields (0.5.23), annotations as msgspec.structs.fields reports them.
-FIELDS = [
-    FieldSpec("model_path", Annotated[str, Arg("The path of the model weights.")], required=True),
-    FieldSpec("tokenizer_path", Annotated[Optional[str], "The path of the tokenizer."]),
-    FieldSpec("skip_tokenizer_init", Annotated[bool, "If set, skip init tokenizer and pass input_ids in generate request."]),
-    FieldSpec("trust_remote_code", Annotated[bool, "Whether or not to allow for custom models defined on the Hub."]),
-    FieldSpec("dtype", Annotated[str, Arg("Data type for model weights and activations.", choices=[
-        "auto", "half", "float16", "bfloat16", "float", "float32"])]),
-    FieldSpec("log_level", Annotated[str, "The logging level of all loggers."]),
-    FieldSpec("tp_size", Annotated[int, Arg("The tensor parallelism size.")]),
-    FieldSpec("dp_size", Annotated[int, Arg("The data parallelism size.")]),
-    FieldSpec("attn_dp_size", Annotated[int, Arg("The attention data parallelism size: the number of data-parallel "
-                                                 "attention groups inside the TP group, one scheduler each, while the "
-                                                 "FFN stays tensor parallel.")]),
-    FieldSpec("nnodes", Annotated[int, Arg("The number of nodes.")]),
-    FieldSpec("node_rank", Annotated[int, Arg("The node rank.")]),
-    FieldSpec("mem_fraction_static", Annotated[Optional[float], "The fraction of the memory used for static allocation."]),
-    FieldSpec("max_running_requests", Annotated[Optional[int], "The maximum number of running requests."]),
-    FieldSpec("schedule_policy", Annotated[str, Arg("The scheduling policy of the requests.", choices=[
-        "lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key", "hrrn", "shortest-prefill-first"])]),
-    FieldSpec("cuda_graph_bs_decode", Annotated[Optional[List[int]], "Explicit list of batch sizes to capture."]),
-    FieldSpec("json_model_override_args", Annotated[str, "A dictionary in JSON string format."]),
-    FieldSpec("enable_deterministic_inference", Annotated[bool, "Enable deterministic inference mode."]),
-    FieldSpec("enable_priority_scheduling", Annotated[bool, "Enable priority scheduling. Requests with higher priority "
-                                                            "integer values will be scheduled first by default."]),
-]
-FIELD_NAMES = {f.name for f in FIELDS}
 STOP = (2034, 2033)  # <|im_end|>, [EOS] of the kimi fixture tokenizer
 PARAMS = SamplingParams(max_new_tokens=64, temperature=0.6, stop_token_ids=STOP, top_p=0.95, seed=7)
-FAST_RETRY = RetryPolicy(max_retries=2, base_delay_s=0.001, max_delay_s=0.002)
 
 
 def body_ids(prompt: list[int], n: int = 5) -> list[int]:
@@ -91,24 +54,6 @@ def stop_reply(prompt: list[int], cached: int = 0) -> Reply:
 
 def requests(n: int) -> list[GenerationRequest]:
     return [GenerationRequest(i, [100 + i, 7, 8, 9 + i]) for i in range(n)]
-
-
-@pytest.fixture
-def launch(monkeypatch):
-    """launch(plan, **options) -> SGLangEngine over a fake engine class; closed after the test."""
-    engines = []
-
-    def start(plan, capacity: int = 8, retry: RetryPolicy = FAST_RETRY, **options):
-        cls = FakeEngine.configure(plan, FIELD_NAMES, capacity=capacity)
-        engine = sglang_engine.launch(cls, FIELDS, EngineOptions(model="/models/fake", **options))
-        engine.retry = retry
-        engines.append(engine)
-        return engine
-
-    yield start
-    for engine in engines:
-        engine.close()
-        engine.engine.loop.close()
 
 
 # -- --engine-arg typing ----------------------------------------------------------------------------

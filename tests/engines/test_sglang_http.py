@@ -24,7 +24,7 @@ from eagle3_synth.contract.row import FEATURES
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
 from stand_ins import sglang_results as R
-from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, ServerThread, TinyModelBackend
+from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, TinyModelBackend
 
 STOP = (2034, 2033)  # <|im_end|>, [EOS] of the kimi fixture tokenizer
 PARAMS = SamplingParams(max_new_tokens=64, temperature=0.0, stop_token_ids=STOP)
@@ -48,21 +48,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def serve():
-    """serve(server) -> a running ServerThread; all stopped after the test."""
-    threads = []
-
-    def start(server: SGLangLoopbackServer) -> ServerThread:
-        thread = ServerThread(server).__enter__()
-        threads.append(thread)
-        return thread
-
-    yield start
-    for thread in threads:
-        thread.__exit__(None, None, None)
 
 
 def http_engine(*urls: str, **kwargs) -> SGLangHTTPEngine:

@@ -22,11 +22,12 @@ from eagle3_synth.engines.sglang.protocol import ContextLimits
 from eagle3_synth.errors import ConfigError, EngineError
 
 from stand_ins import sglang_results as R
-from ..support.fake_sglang import Engine as FakeEngine, Reply
+from ..support.fake_sglang import FIELD_NAMES, FIELDS, Engine as FakeEngine, Reply
 from stand_ins.sglang_server import DeterministicBackend, Fault, SGLangLoopbackServer, ServerThread, prompt_digest
 from ..conftest import TINY_MODEL
-from .test_sglang_engine import FAST_RETRY, FIELDS, FIELD_NAMES, STOP, stop_reply
-from .test_sglang_http import free_port, http_engine, random_requests, serve  # noqa: F401 (fixture)
+from .conftest import FAST_RETRY
+from .test_sglang_engine import STOP, stop_reply
+from .test_sglang_http import free_port, http_engine, random_requests
 
 PARAMS = SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=STOP)
 REQUEST = GenerationRequest(3, [11, 12, 13, 14])

@@ -8,8 +8,9 @@ from eagle3_synth.engines.sglang.loads import (MAX_QUEUE_PER_RANK, QUEUE_PER_RAN
                                                LoadDrivenSize, running_capacity, start_size, window_size)
 
 from stand_ins.sglang_server import DeterministicBackend, SGLangLoopbackServer
-from .test_sglang_engine import FAST_RETRY, Reply, launch, requests, stop_reply  # noqa: F401 - the fixture
-from .test_sglang_http import random_requests, serve  # noqa: F401 - the fixture
+from .conftest import FAST_RETRY
+from .test_sglang_engine import Reply, requests, stop_reply
+from .test_sglang_http import random_requests
 
 PARAMS = SamplingParams(max_new_tokens=16, temperature=0.0, stop_token_ids=(2034,))
 
@@ -66,7 +67,7 @@ def test_load_is_read_at_most_every_interval_and_unreadable_load_fixes_the_ceili
     assert sizes == [16, 16, 16, 16, 100, 16]  # ... and the window then stays at the ceiling it was given
 
 
-def test_offline_engine_window_follows_get_loads_with_attention_dp(launch):  # noqa: F811
+def test_offline_engine_window_follows_get_loads_with_attention_dp(launch):
     engine = launch(lambda ids, sp: Reply(**{**vars(stop_reply(ids)), "delay_s": 0.01}), capacity=4,
                     engine_args={"attn_dp_size": 2})
     # It starts at what runs (4 per rank x 2 ranks); its ceiling is twice that, at least 64.
@@ -79,7 +80,7 @@ def test_offline_engine_window_follows_get_loads_with_attention_dp(launch):  # n
     assert engine.engine.max_running <= 64
 
 
-def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):  # noqa: F811
+def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):
     server = SGLangLoopbackServer(DeterministicBackend(), capacity_per_rank=3, server_args={"attn_dp_size": 2})
     url = serve(server).url
     engine = SGLangHTTPEngine((url,), retry=FAST_RETRY, load_driven=True)
@@ -117,6 +118,6 @@ def test_http_window_follows_v1_loads_and_falls_back_without_it(serve):  # noqa:
         engine.close()
 
 
-def test_an_explicit_max_in_flight_is_not_load_driven(launch):  # noqa: F811
+def test_an_explicit_max_in_flight_is_not_load_driven(launch):
     engine = launch(lambda ids, sp: stop_reply(ids), capacity=4, max_in_flight=32)
     assert engine.max_in_flight == 32 and engine._window.sizer is None

@@ -15,7 +15,7 @@ from eagle3_synth.engines.sglang import http as sglang_http
 from eagle3_synth.engines.sglang.protocol import is_duplicate_rid, merge_chunk
 
 from stand_ins.sglang_server import ClientClock, DeterministicBackend, Fault, RouterLoopback, SGLangLoopbackServer
-from .test_sglang_http import PARAMS, STOP, http_engine, random_requests, serve  # noqa: F401  (fixture)
+from .test_sglang_http import PARAMS, STOP, http_engine, random_requests
 
 
 def non_stream_ids(url: str, prompt: list[int]) -> list[int]:

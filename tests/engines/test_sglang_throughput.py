@@ -18,11 +18,10 @@ from eagle3_synth.run.progress import Progress, RunSummary
 
 from stand_ins import sglang_results as R
 from stand_ins.sglang_server import DeterministicBackend, SGLangLoopbackServer
-from .test_sglang_engine import PARAMS, STOP, Reply, body_ids, launch, requests  # noqa: F401 - the fixture
-from .test_sglang_http import serve  # noqa: F401 - the fixture
+from .test_sglang_engine import PARAMS, STOP, Reply, body_ids, requests
 
 
-def test_retractions_are_read_journaled_and_reported(launch):  # noqa: F811
+def test_retractions_are_read_journaled_and_reported(launch):
     def plan(ids, sampling):
         output = body_ids(ids) + [STOP[0]]
         return Reply(R.finished("x", len(ids), output, R.stop_reason(STOP[0]), retractions=2 if ids[0] == 101 else 0))
@@ -54,7 +53,7 @@ def test_a_vision_language_target_gets_the_language_model_only_hint(tmp_path):
     assert language_model_only_hint({"model_path": str(text_only)}) is None
 
 
-def test_priority_turns_left_reaches_the_engine_and_needs_priority_scheduling(launch, tmp_path):  # noqa: F811
+def test_priority_turns_left_reaches_the_engine_and_needs_priority_scheduling(launch, tmp_path):
     rollout = PreparedPrompt(sample_id=10, source_id="", prompt_ids=[5, 6], messages=[], tools=None, turns=4)
     feed = TurnFeed(iter([Turn(rollout, 1, [5, 6, 7], [])]), priority=True)
     assert next(feed).priority == 3  # turns 1, 2 and 3 may still come
@@ -68,7 +67,7 @@ def test_priority_turns_left_reaches_the_engine_and_needs_priority_scheduling(la
     assert {c["priority"] for c in engine.engine.calls} == {5, None}
 
 
-def test_http_priority_says_what_each_server_does_with_it(serve, caplog):  # noqa: F811
+def test_http_priority_says_what_each_server_does_with_it(serve, caplog):
     """sglang 0.5.23 `Scheduler._set_or_validate_priority`: without priority scheduling a request's priority is
     ignored (a warning says --priority changes nothing there), unless the server aborts such
     requests (refused before any is sent); a server that runs low values first gets them negated."""

@@ -39,11 +39,49 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Annotated, Any, Dict, List, Optional, Union
 
+from eagle3_synth.engines.sglang.args import FieldSpec
 from stand_ins import sglang_results as R
 
 SAMPLING_KEYS = set(R.SAMPLING_KEYS)
+
+
+class Arg:
+    """The shape of sglang.srt.arg_groups.arg_utils.Arg as it appears in ServerArgs annotations."""
+
+    def __init__(self, help: str, choices: list | None = None):
+        self.help = help
+        self.choices = choices
+
+
+# Real ServerArgs fields (0.5.23), annotations as msgspec.structs.fields reports them.
+FIELDS = [
+    FieldSpec("model_path", Annotated[str, Arg("The path of the model weights.")], required=True),
+    FieldSpec("tokenizer_path", Annotated[Optional[str], "The path of the tokenizer."]),
+    FieldSpec("skip_tokenizer_init", Annotated[bool, "If set, skip init tokenizer and pass input_ids in generate request."]),
+    FieldSpec("trust_remote_code", Annotated[bool, "Whether or not to allow for custom models defined on the Hub."]),
+    FieldSpec("dtype", Annotated[str, Arg("Data type for model weights and activations.", choices=[
+        "auto", "half", "float16", "bfloat16", "float", "float32"])]),
+    FieldSpec("log_level", Annotated[str, "The logging level of all loggers."]),
+    FieldSpec("tp_size", Annotated[int, Arg("The tensor parallelism size.")]),
+    FieldSpec("dp_size", Annotated[int, Arg("The data parallelism size.")]),
+    FieldSpec("attn_dp_size", Annotated[int, Arg("The attention data parallelism size: the number of data-parallel "
+                                                 "attention groups inside the TP group, one scheduler each, while the "
+                                                 "FFN stays tensor parallel.")]),
+    FieldSpec("nnodes", Annotated[int, Arg("The number of nodes.")]),
+    FieldSpec("node_rank", Annotated[int, Arg("The node rank.")]),
+    FieldSpec("mem_fraction_static", Annotated[Optional[float], "The fraction of the memory used for static allocation."]),
+    FieldSpec("max_running_requests", Annotated[Optional[int], "The maximum number of running requests."]),
+    FieldSpec("schedule_policy", Annotated[str, Arg("The scheduling policy of the requests.", choices=[
+        "lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key", "hrrn", "shortest-prefill-first"])]),
+    FieldSpec("cuda_graph_bs_decode", Annotated[Optional[List[int]], "Explicit list of batch sizes to capture."]),
+    FieldSpec("json_model_override_args", Annotated[str, "A dictionary in JSON string format."]),
+    FieldSpec("enable_deterministic_inference", Annotated[bool, "Enable deterministic inference mode."]),
+    FieldSpec("enable_priority_scheduling", Annotated[bool, "Enable priority scheduling. Requests with higher priority "
+                                                            "integer values will be scheduled first by default."]),
+]
+FIELD_NAMES = {f.name for f in FIELDS}
 
 
 def descendants(pid: int) -> list[int]:

@@ -19,7 +19,6 @@ from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_python
 from stand_ins.sglang_server import DeterministicBackend, ServerThread, SGLangLoopbackServer
 
-pytestmark = pytest.mark.slow
 
 CONTEXT = 32768  # the tiny model's max_position_embeddings
 PROMPT = [2032, 5, 17, 99, 300, 41, 7, 8]

@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
 from ...support.real_sglang import TINY_MODEL, sglang_env, sglang_python
 
-pytestmark = pytest.mark.slow
 
 SCRIPT = r'''
 import json, subprocess, sys

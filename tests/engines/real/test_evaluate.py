@@ -21,7 +21,6 @@ from stand_ins.drafters import random_drafter
 
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_python
 
-pytestmark = pytest.mark.slow
 
 CONFIG = "B1_glaive"
 SPECULATIVE = ["--num-steps", "3", "--eagle-topk", "2", "--num-draft-tokens", "4"]

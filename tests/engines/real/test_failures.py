@@ -23,7 +23,6 @@ from ...support.process_control import stopped_at, wait_until
 from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_python
 from ...support.row_parity import assert_same_rows
 
-pytestmark = pytest.mark.slow
 
 CONFIG = "B1_glaive"  # six bundled prompts
 GREEDY = ["--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "256", "--dtype", "bfloat16"]

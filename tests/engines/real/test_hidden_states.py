@@ -31,7 +31,6 @@ from ...support.real_sglang import TINY_MODEL, RealServer, sglang_env, sglang_py
 from ...support.trainer_venvs import SPECFORGE, SPECULATORS, read_with, trainer_python
 from ...train.test_hidden_states import prepare_like_speculators
 
-pytestmark = pytest.mark.slow
 CONFIG = "B1_glaive"
 BOUND = 2 ** -4
 # mem_fraction_static: a small KV cache beside the rest of the suite, not needed to start (the sizing test below).

@@ -21,7 +21,6 @@ from ...support.cli_processes import config_rows
 from ...support.real_sglang import TINY_MODEL, sglang_env, sglang_python
 from ...support.row_parity import assert_same_rows
 
-pytestmark = pytest.mark.slow
 
 GREEDY = ["--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "256", "--dtype", "bfloat16"]
 TOOL_LOOPS = ("--turns", "all", "--samples-per-prompt", "2")

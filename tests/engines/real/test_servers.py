@@ -17,7 +17,6 @@ from ...support.real_sglang import (STOP_TIMEOUT_S, TINY_MODEL, RealServer, free
                                    wait_for_health)
 from ...support.row_parity import assert_same_rows
 
-pytestmark = pytest.mark.slow
 
 CONFIG = "B1_glaive"
 GREEDY = ["--model", str(TINY_MODEL), "--temperature", "0", "--max-new-tokens", "256", "--dtype", "bfloat16"]
