@@ -15,6 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE  # noqa: E402
 from eagle3_synth.engines.sglang.processes import CPU_ALLREDUCE_SHM
+from eagle3_synth.run.kill_points import KILL_ENV, kill_point
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -60,6 +61,14 @@ def pytest_runtest_call(item):
         pytest.fail(f"{item.nodeid} took {taken:.1f} s (over {FAST_LIMIT_S:.0f} s of both wall and CPU time) "
                     "in the fast tier: mark it @pytest.mark.slow or make it faster", pytrace=False)
     return result
+
+
+@pytest.fixture(autouse=True, scope="session")
+def this_process_never_killed():
+    """Kill points read EAGLE3_SYNTH_KILL_AT once per process: reading it now, unset, keeps the test
+    process itself unarmed when a test sets it for the processes it starts (sbatch passes it on)."""
+    assert KILL_ENV not in os.environ, f"{KILL_ENV} is set for the whole test run"
+    kill_point("tests.session")
 
 
 @pytest.fixture(autouse=True)
