@@ -46,14 +46,17 @@ docs: setup
 
 # ---- The tool venvs ------------------------------------------------------------------------------
 # Each is built once per machine outside the clone, in $(CACHE)/venvs/<name>-<key>, the key a hash of
-# what makes it (its requirement files, the files its recipe installs, and this section of the
-# Makefile), and the clone's .venv-<name> points at it: a fresh clone on a warm machine builds none.
+# what makes it (its requirement files, the files its recipe installs, this package's requirements
+# for SGLang's, and this section of the Makefile), and the clone's .venv-<name> points at it: a fresh
+# clone on a warm machine builds none.
 # A venv is built where it stays (pip writes its path into the scripts it installs); `installed` is
 # touched only once every step and check passed, and a folder without it is built afresh.
 CACHE := $(or $(EAGLE3_SYNTH_CACHE),$(HOME)/.cache/eagle3-synth)
 comma := ,
 cached_venv = $(CACHE)/venvs/$(1)-$(shell (sed -n '/^# ---- The tool venvs/,/^# ---- End of the tool venvs/p' Makefile; \
-	cat $(2)) | sha256sum | cut -c1-12)
+	cat $(2); $(3)) | sha256sum | cut -c1-12)
+# This package's requirements (what the SGLang venv installs of pyproject.toml), not the whole file.
+package_requirements := $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'])"
 
 # speculators 0.9.0 and SpecForge 0.2.0, each in a venv of its own (they pin other torch, transformers
 # and datasets versions than ours, and than each other), made by one recipe: CPU torch first, then the
@@ -121,7 +124,7 @@ specforge-venv: $(SF_CACHED)/installed
 SGL_VENV := .venv-sglang
 SGL_BIN := $(SGL_VENV)/bin
 SGL_CACHED := $(call cached_venv,sglang,examples/sglang-requirements.txt examples/sglang_cpu/build_kernels.py \
-	examples/sglang_cpu/attention_0_5_23.cpp examples/sglang_cpu/cpu_plugin.py pyproject.toml)
+	examples/sglang_cpu/attention_0_5_23.cpp examples/sglang_cpu/cpu_plugin.py,$(package_requirements))
 SGL_LOG := $(SGL_CACHED)/install.log
 site_packages = $$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 
