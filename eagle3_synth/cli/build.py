@@ -24,6 +24,7 @@ from eagle3_synth.dataset.folder import check_out_folder
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
 from eagle3_synth.run.preflight import check_output_folder
+from eagle3_synth.run.progress import counted
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
     print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
     if sum(failed):
-        print(f"{args.config}: {sum(failed)} samples failed and are not in the dataset (exit status "
+        print(f"{args.config}: {counted(sum(failed), 'samples')} failed, not in the dataset (exit status "
               f"{EXIT_FAILED_SAMPLES}); build again with --retry-errors to generate them again")
         return EXIT_FAILED_SAMPLES
     return 0
