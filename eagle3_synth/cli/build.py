@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             return stopped_status(exc.summary)  # its summary is printed; the run resumes with the same command
         except NoRowsToWrite as exc:
             raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
-    print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
+    print(f"{args.config}: wrote {counted(rows, 'rows')} to {', '.join(str(f) for f in files)}")
     if sum(failed):
         print(f"{args.config}: {counted(sum(failed), 'samples')} failed, not in the dataset (exit status "
               f"{EXIT_FAILED_SAMPLES}); build again with --retry-errors to generate them again")

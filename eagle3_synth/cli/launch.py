@@ -121,5 +121,5 @@ def run(args: argparse.Namespace) -> int:
         builds = folder_builds()
         assemble = builds.Eagle3SynthConfig(name=args.config, run_dir=settings.run_dir)
         rows, files = builds.build_config(assemble, args.out, overwrite=args.overwrite)
-        print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
+        print(f"{args.config}: wrote {counted(rows, 'rows')} to {', '.join(str(f) for f in files)}")
     return DONE
