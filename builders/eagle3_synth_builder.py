@@ -42,7 +42,7 @@ from eagle3_synth.run import generate as run_generate
 from eagle3_synth.run.assemble import (NoRowsToWrite, check_run, held_out_conversations, iter_row_tables,
                                        sample_id_ranges)
 from eagle3_synth.run.directory import RunDirectory
-from eagle3_synth.run.progress import Coverage, RunSummary
+from eagle3_synth.run.progress import Coverage, RunSummary, counted
 from eagle3_synth.run.settings import GenerationSettings
 
 RUNS_DIR = "eagle3-synth-runs"  # under the builder's downloads dir: the default run directories
@@ -138,7 +138,7 @@ class Eagle3Synth(datasets.ArrowBasedBuilder):
             for line in summary.lines():
                 self.echo(line)
             if summary.remaining:
-                raise RunIncomplete(f"{name}: {summary.remaining} samples left in {run_dir} "
+                raise RunIncomplete(f"{name}: {counted(summary.remaining, summary.counts.unit)} left in {run_dir} "
                                     "(journaled so far: the same call continues)", summary)
         elif not RunDirectory(run_dir).exists():
             raise ConfigError(f"{run_dir} holds no run yet: give --model (and --engine ...) to generate the config, "

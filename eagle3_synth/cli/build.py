@@ -3,7 +3,8 @@
 With --model it generates first (resuming any earlier run; nothing already journaled is generated
 again). Without it, it only assembles: `build CONFIG --run-dir URL --out DIR` turns a run that
 `eagle3-synth generate` filled, possibly as many shards on many nodes, into the dataset. It refuses
-while samples have no result yet, naming the shards to finish, unless --partial is given.
+while samples have no result yet, naming the shards to finish, unless --partial is given, and
+refuses an option of generating (--engine, --temperature ...; --validation must match the run's).
 Failed samples are left out of the dataset (--retry-errors generates them again).
 --dry-run prepares the prompts and prints what would be generated, writing nothing.
 --out is a new or empty folder or one eagle3-synth built: anything else in it is refused before
@@ -15,15 +16,19 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 
 from eagle3_synth.exit_status import DONE, FAILED_SAMPLES, INTERRUPTED, RESUMABLE, USER_ERROR, help_line
 from eagle3_synth.cli.options import (EXIT_FAILED_SAMPLES, add_generation_arguments, default_run_dir,
                                       generation_settings, report_dry_run, stopped_status)
 from eagle3_synth.dataset.folder import check_out_folder
+from eagle3_synth.engines import option_name, options_given
 from eagle3_synth.errors import ConfigError, RunIncomplete
 from eagle3_synth.run.assemble import NoRowsToWrite, no_rows_message
 from eagle3_synth.run.preflight import check_output_folder
+from eagle3_synth.run.progress import counted
+from eagle3_synth.run.settings import GenerationSettings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -75,6 +80,12 @@ def no_empty_folders_left(*folders: str) -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     settings = generation_settings(args, default_run_dir(args), folder_builds().Eagle3SynthConfig, name=args.config,
                                    partial=args.partial)
+    # Assembling reads the run directory and checks --validation against it; every other option generates.
+    generating = [option_name(f) for f in fields(GenerationSettings) if f.name not in ("run_dir", "validation")]
+    given = [] if settings.generates else options_given(settings, generating)
+    if given:
+        raise ConfigError(f"{given[0]} applies to generating, and nothing is generated without --model (or "
+                          f"--tokenizer, --replay): give one to generate, or drop {given[0]} to assemble --run-dir")
     check_output_folder(args.out, "--out")
     check_out_folder(args.out, args.config, settings.run_dir, overwrite=args.overwrite)
     if args.dry_run:
@@ -93,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
             return stopped_status(exc.summary)  # its summary is printed; the run resumes with the same command
         except NoRowsToWrite as exc:
             raise ConfigError(no_rows_message(exc.run_dir, exc.config, exc.coverage, args.out)) from None
-    print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
+    print(f"{args.config}: wrote {counted(rows, 'rows')} to {', '.join(str(f) for f in files)}")
     if sum(failed):
-        print(f"{args.config}: {sum(failed)} samples failed and are not in the dataset (exit status "
+        print(f"{args.config}: {counted(sum(failed), 'samples')} failed, not in the dataset (exit status "
               f"{EXIT_FAILED_SAMPLES}); build again with --retry-errors to generate them again")
         return EXIT_FAILED_SAMPLES
     return 0

@@ -19,6 +19,7 @@ from eagle3_synth.dataset.folder import check_out_folder
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.exit_status import DONE, PROBLEMS
 from eagle3_synth.run.preflight import check_output_folder
+from eagle3_synth.run.progress import counted
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     record = submit(args.config, settings, executor_settings(args))
     if not args.wait:
         job = record["submissions"][-1].get("job_id")
-        print(f"{args.config}: {args.tasks} shards launched via {args.executor}"
+        print(f"{args.config}: {counted(args.tasks, 'shards')} launched via {args.executor}"
               + (f" (Slurm job {job})" if job else "") + f"; eagle3-synth status {settings.run_dir} shows them")
         return DONE
     status = follow(record, settings.run_dir, poll_seconds=args.poll_seconds)
@@ -120,5 +121,5 @@ def run(args: argparse.Namespace) -> int:
         builds = folder_builds()
         assemble = builds.Eagle3SynthConfig(name=args.config, run_dir=settings.run_dir)
         rows, files = builds.build_config(assemble, args.out, overwrite=args.overwrite)
-        print(f"{args.config}: wrote {rows} rows to {', '.join(str(f) for f in files)}")
+        print(f"{args.config}: wrote {counted(rows, 'rows')} to {', '.join(str(f) for f in files)}")
     return DONE

@@ -26,7 +26,7 @@ import numpy as np
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
-from eagle3_synth.run.progress import format_duration
+from eagle3_synth.run.progress import PromptCounts, counted, format_duration
 from eagle3_synth.run.shards import Shard
 
 LAUNCH_DIR = "launch"  # under the run directory: one datatrove logging folder per shard count
@@ -84,6 +84,7 @@ class LaunchStatus:
     executor: str
     shards: list[ShardStatus] = field(default_factory=list)
     prepared: bool = True  # prompts.jsonl is there (before it, no shard knows its samples)
+    unit: str = "rollouts"  # what a shard's count of rollouts is (`PromptCounts.unit`)
 
     def named(self, state: str) -> list[int]:
         return [s.index for s in self.shards if s.state == state]
@@ -102,15 +103,15 @@ class LaunchStatus:
         states = (DONE, RUNNING, STOPPED, PENDING) if self.executor == BY_HAND else (DONE, RUNNING, FAILED_STATE, PENDING)
         counts = ", ".join(f"{len(self.named(state))} {state}" for state in states)
         eta = format_duration((total - done) / rate) if rate and done < total else ("0s" if done >= total else "unknown")
-        progress = (f"{done}/{total} samples, {rate:.2f} samples/s, ETA {eta}" if self.prepared
+        progress = (f"{done}/{counted(total, self.unit)}, {rate:.2f} samples/s, ETA {eta}" if self.prepared
                     else "prompts not prepared yet (the first tasks prepare them)")
         how = "started by hand" if self.executor == BY_HAND else f"via {self.executor}"
-        lines = [f"{self.config}: {self.tasks} shards {how} ({counts}); {progress}"]
+        lines = [f"{self.config}: {counted(self.tasks, 'shards')} {how} ({counts}); {progress}"]
         width = len(str(self.tasks - 1))
         for s in self.shards:
-            extra = f", {s.failed_samples} failed samples" if s.failed_samples else ""
+            extra = f", {counted(s.failed_samples, 'failed samples')}" if s.failed_samples else ""
             scheduler = f" [{s.scheduler}]" if s.scheduler else ""
-            line = (f"  shard {s.index:>{width}}: {s.state:<7} {s.done}/{s.rollouts} samples, "
+            line = (f"  shard {s.index:>{width}}: {s.state:<7} {s.done}/{counted(s.rollouts, self.unit)}, "
                     f"{s.rate:.2f} samples/s{extra}{scheduler}")
             if s.state == FAILED_STATE:
                 line += f"; log: {s.log}"
@@ -171,6 +172,8 @@ def shard_statuses(run_dir: str, config: str, tasks: int, executor: str,
     status.prepared = ready
     index = run.scan() if ready else None
     slots = run.prompt_slots() if ready else None
+    if slots is not None:
+        status.unit = PromptCounts.of(slots.conversation, int(slots.turns.sum()), run.iter_rejects()).unit
     by_hand = executor == BY_HAND
     locked = {shard.index for shard, _, _ in run.generators() if shard.count == tasks} if by_hand else set()
     per_file = (np.bincount(index.file_index, minlength=len(index.files)) if index is not None and len(index.files)

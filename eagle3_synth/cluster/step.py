@@ -23,6 +23,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from eagle3_synth.errors import RunIncomplete
 from eagle3_synth.run.generate import generate
+from eagle3_synth.run.progress import counted
 from eagle3_synth.run.settings import GenerationSettings
 
 from eagle3_synth.cluster.shard_status import shard_statuses
@@ -46,9 +47,11 @@ class GenerateShard(PipelineStep):
         summary = generate(*settings.resolve(self.config))
         for line in summary.lines():
             print(line, flush=True)
-        shard = shard_statuses(settings.run_dir, self.config, world_size, "", {}).shards[rank]
+        status = shard_statuses(settings.run_dir, self.config, world_size, "", {})
+        shard = status.shards[rank]
         self.stat_update("samples_generated", value=summary.generated)
         if not shard.covered:
             raise RunIncomplete(f"{self.config} shard {rank} of {world_size}: {shard.rollouts - shard.done} of "
-                                f"{shard.rollouts} samples have no result yet ({summary.stopped or 'stopped early'}); "
+                                f"{counted(shard.rollouts, status.unit)} have no result yet "
+                                f"({summary.stopped or 'stopped early'}); "
                                 "launch again to continue it")

@@ -88,13 +88,13 @@ def option_name(setting: Field) -> str:
     return setting.metadata.get("option", {}).get("name", f"--{setting.name.replace('_', '-')}")
 
 
-def options_given(settings: object) -> list[str]:
-    """The options of `ENGINE_OPTIONS` that a dataclass of settings (a field per option, named by
-    `option_name`) holds at a value other than the field's default, in the table's order."""
+def options_given(settings: object, among: Iterable[str] = ENGINE_OPTIONS) -> list[str]:
+    """The options `among` (command-line names) that a dataclass of settings (a field per option, named
+    by `option_name`) holds at a value other than the field's default, in the order of `among`."""
     given = {option_name(f) for f in fields(settings)
              if (f.default is not MISSING or f.default_factory is not MISSING)
              and getattr(settings, f.name) != (f.default if f.default is not MISSING else f.default_factory())}
-    return [option for option in ENGINE_OPTIONS if option in given]
+    return [option for option in among if option in given]
 
 
 def check_options_used(engine: str, given: Iterable[str], uses: Mapping[str, tuple[str, ...]] = ENGINE_OPTIONS) -> None:

@@ -87,8 +87,8 @@ class Pass:
 
 def run_pass(engine: Engine, rows: Sequence[Row], params: SamplingParams) -> Pass:
     """Every row through `engine` (request i is rows[i]); results by index. One untimed request
-    first: an engine's first forward, and a speculative engine's first draft step, compile (about
-    30 s on a CPU), which no timing of the rows should hold."""
+    first: an engine's first forward, and a speculative engine's first draft step, compile, which
+    no timing of the rows should hold."""
     requests = [GenerationRequest(sample_id=i, prompt_ids=list(row.prompt_ids), sampling=row.sampling)
                 for i, row in enumerate(rows)]
     warm_up = GenerationRequest(sample_id=len(rows), prompt_ids=list(rows[0].prompt_ids),

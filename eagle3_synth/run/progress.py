@@ -45,6 +45,11 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+def counted(n: int, plural: str) -> str:
+    """'1 sample', '2 samples': the count with its noun (given in the plural, ending in s) agreeing."""
+    return f"{n} {plural[:-1] if n == 1 else plural}"
+
+
 def _ratio(part: float, whole: float) -> float:
     return part / whole if whole else 0.0
 
@@ -83,27 +88,19 @@ class PromptCounts:
                    rejected_rollouts=sum(conversation in kept for conversation in rejected))
 
     @property
-    def one_sample_per_prompt(self) -> bool:
-        """Whether prompts, rollouts and samples are the same count (one rollout of one turn each)."""
-        return self.prompts == self.rollouts == self.samples and not self.rejected_rollouts
-
-    @property
     def unit(self) -> str:
-        """What "done" counts: prompts, or rollouts where a prompt has several (or lost one)."""
-        return "prompts" if self.rollouts == self.prompts and not self.rejected_rollouts else "rollouts"
-
-    @property
-    def done_unit(self) -> str:
-        """The word for a count of rollouts (done, left, missing): samples where a prompt is one
-        sample, else prompts where a prompt is one rollout (of several turns), else rollouts."""
-        return "samples" if self.one_sample_per_prompt else self.unit
+        """What a count of rollouts (done, left, missing) is: samples where a prompt is one rollout of
+        one turn, else prompts where a prompt is one rollout (of several turns), else rollouts."""
+        if self.rollouts != self.prompts or self.rejected_rollouts:
+            return "rollouts"
+        return "samples" if self.prompts == self.samples else "prompts"
 
     def kept(self) -> str:
         """'30 prompts kept (2 rejected)', and the rollouts where they are not the prompts."""
-        words = f"{self.prompts} prompts kept ({self.rejected_prompts} rejected)"
-        if self.unit == "prompts":
+        words = f"{counted(self.prompts, 'prompts')} kept ({self.rejected_prompts} rejected)"
+        if self.unit != "rollouts":
             return words
-        return f"{words}, {self.rollouts} rollouts ({self.rejected_rollouts} rejected)"
+        return f"{words}, {counted(self.rollouts, 'rollouts')} ({self.rejected_rollouts} rejected)"
 
 
 @dataclass
@@ -151,11 +148,11 @@ class RunSummary:
 
     def lines(self) -> list[str]:
         counts = self.counts
-        samples = "" if counts.one_sample_per_prompt else " samples"
-        done = "" if counts.unit == "prompts" else f" {counts.unit}"
+        done = counted(self.already_done, "rollouts") if counts.unit == "rollouts" else self.already_done
+        generated = self.generated if counts.unit == "samples" else counted(self.generated, "samples")
         lines = [
-            f"{run_label(self.config, self.shard)}: {counts.kept()}, {self.already_done}{done} already in "
-            f"{self.run_dir}, {self.generated}{samples} generated in {format_duration(self.generation_seconds)} "
+            f"{run_label(self.config, self.shard)}: {counts.kept()}, {done} already in "
+            f"{self.run_dir}, {generated} generated in {format_duration(self.generation_seconds)} "
             f"({_ratio(self.generated, self.generation_seconds):.2f} samples/s, "
             f"{_ratio(self.output_tokens, self.generation_seconds):.1f} output tokens/s, "
             f"prefix cache {_ratio(self.cached_tokens, self.prompt_tokens):.0%}); "
@@ -163,13 +160,13 @@ class RunSummary:
             "  finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items())) or "none"),
         ]
         if self.retractions:
-            lines.append(f"  {self.retracted_samples} samples were retracted {self.retractions} times in all (SGLang "
-                         "freed KV memory by pausing them: KV thrashing; lower the window, max_running_requests or "
-                         "mem_fraction_static's pressure, see docs/guides/engines.md, the tuning table)")
+            lines.append(f"  {counted(self.retracted_samples, 'samples')} retracted {self.retractions} times in all "
+                         "(SGLang freed KV memory by pausing them: KV thrashing; lower the window, max_running_requests"
+                         " or mem_fraction_static's pressure, see docs/guides/engines.md, the tuning table)")
         if set(self.endings) - {"source_end"}:  # a conversation ended before its source did
             lines.append("  conversations ended: " + ", ".join(f"{k}={v}" for k, v in sorted(self.endings.items())))
         if self.short_lengths:
-            lines.append(f"  {self.short_lengths} samples ended by length before --max-new-tokens "
+            lines.append(f"  {counted(self.short_lengths, 'samples')} ended by length before --max-new-tokens "
                          f"{self.max_new_tokens}: the engine lowered the cap to fit its context or KV budget")
         if self.errors:
             lines.append(f"  errors: {len(self.errors)} (journaled with their reason; retried only with --retry-errors)")
@@ -177,11 +174,12 @@ class RunSummary:
             if len(self.errors) > MAX_LISTED:
                 lines.append(f"    ... and {len(self.errors) - MAX_LISTED} more")
         if self.failed_before:
-            lines.append(f"  {self.failed_before} samples failed in an earlier run and were not retried (--retry-errors)")
+            lines.append(f"  {counted(self.failed_before, 'samples')} failed in an earlier run, not retried "
+                         "(--retry-errors)")
         if self.remaining:
             why = {"deadline": "reached --max-hours", "terminated": "stopped by SIGTERM", "interrupted": "interrupted"
                    }.get(self.stopped or "", "the engine returned no result for some samples")
-            lines.append(f"  {why}: {self.remaining} {self.counts.done_unit} left; "
+            lines.append(f"  {why}: {counted(self.remaining, self.counts.unit)} left; "
                          "run the same command again to continue")
         return lines
 
@@ -254,7 +252,7 @@ class Progress:
         s = self.summary
         elapsed = self.clock() - self.started
         left = max(self.total - self.done, 0)
-        parts = [f"{run_label(s.config, s.shard)}: {self.done}/{self.total} {s.counts.done_unit} "
+        parts = [f"{run_label(s.config, s.shard)}: {self.done}/{counted(self.total, s.counts.unit)} "
                  f"({_ratio(self.done, self.total):.1%})"]
         if s.generated:
             parts += [f"{_ratio(s.generated, elapsed):.2f} samples/s",
@@ -337,17 +335,17 @@ class Coverage:
     def lines(self) -> list[str]:
         failed = self.finish_reasons.get("abort", 0)
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.finish_reasons.items()) if k != "abort")
-        unit = "" if self.counts.one_sample_per_prompt else f" {self.counts.done_unit}"
+        missing = len(self.missing) if self.counts.unit == "samples" else counted(len(self.missing), self.counts.unit)
         lines = [
             f"{self.config}: {self.counts.kept()} in {self.run_dir}: {self.rows} results "
-            f"({reasons or 'none'}), {failed} failed, {len(self.missing)}{unit} not generated yet"
+            f"({reasons or 'none'}), {failed} failed, {missing} not generated yet"
         ]
         if failed:
-            lines.append(f"  {failed} failed samples are left out of the dataset; "
+            lines.append(f"  failed, left out of the dataset: {counted(failed, 'samples')}; "
                          "generate with --retry-errors to try them again:")
             lines += [f"    {reason}" for reason in self.failed]
         if self.duplicates:
-            lines.append(f"  {self.duplicates} samples were generated more than once (overlapping shards or "
+            lines.append(f"  {counted(self.duplicates, 'samples')} generated more than once (overlapping shards or "
                          "concurrent runs); each is in the dataset once: the first result journaled")
         if self.torn or self.corrupt:
             lines.append(f"  skipped {self.torn} journal lines torn by a crash and {self.corrupt} invalid lines "
@@ -357,7 +355,7 @@ class Coverage:
     def missing_message(self) -> str:
         """Why assembly refuses, which shards to run, and how to build anyway."""
         count = len(self.missing)
-        head = (f"{self.config}: {count} of {self.counts.rollouts} {self.counts.done_unit} in {self.run_dir} "
+        head = (f"{self.config}: {count} of {counted(self.counts.rollouts, self.counts.unit)} in {self.run_dir} "
                 "have no result yet")
         command = f"eagle3-synth generate {self.config} --run-dir {self.run_dir}"
         if not self.layouts:

@@ -30,7 +30,7 @@ from eagle3_synth.prompts.rollouts import ChatTokenizers, iter_rollouts
 from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.prompts.held_out import run_validation, validation_conversations
 from eagle3_synth.run.directory import REJECTS_FILE, RunDirectory, StagedPrompts
-from eagle3_synth.run.progress import PromptCounts, RunSummary
+from eagle3_synth.run.progress import PromptCounts, RunSummary, counted
 from eagle3_synth.run.settings import GenerationSettings
 from eagle3_synth.run.spec import RunSpec
 
@@ -164,7 +164,7 @@ class DryRun:
         if self.existing is not None:
             summary = self.existing
             counts = summary.counts
-            lines.append(f"  {counts.kept()} in {self.run_dir}; {summary.already_done} {counts.done_unit} "
+            lines.append(f"  {counts.kept()} in {self.run_dir}; {counted(summary.already_done, counts.unit)} "
                          f"done, {summary.failed_before} failed, {summary.remaining} to generate "
                          f"(--max-new-tokens {self.max_new_tokens})")
         lines += [

@@ -133,6 +133,15 @@ CASES = [
     Case("--device nonsense", lambda w: ["build", CONFIG, "--model", str(TINY_MODEL), "--prompts", PROMPTS,
                                          "--device", "gpu0", "--out", str(w / "new")],
          lambda w: "--device gpu0: not a torch device", new_out="new"),
+    # -- assembling only (no --model): a generating option would be ignored --
+    Case("assemble-only with --engine", lambda w: ["build", CONFIG, "--run-dir", str(run_dir(w)), "--out",
+                                                   str(w / "new"), "--engine", "sglang-http", "--url", "http://a:1"],
+         lambda w: "eagle3-synth build: error: --engine applies to generating, and nothing is generated without "
+                   "--model (or --tokenizer, --replay): give one to generate, or drop --engine to assemble --run-dir",
+         new_out="new"),
+    Case("assemble-only with --temperature", lambda w: ["build", CONFIG, "--run-dir", str(run_dir(w)),
+                                                        "--temperature", "0.7", "--out", str(w / "new")],
+         lambda w: "eagle3-synth build: error: --temperature applies to generating", new_out="new"),
     # -- output paths --
     Case("--out is a file", lambda w: build(w, out="afile"), lambda w: f"--out {w / 'afile'}: is a file, not a folder",
          prepare=lambda w: (w / "afile").write_text("mine")),

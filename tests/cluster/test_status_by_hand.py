@@ -50,7 +50,7 @@ def test_status_of_shards_started_by_hand_reads_the_journal_and_the_locks(tmp_pa
     assert code == 0 and "(2 done, 0 running, 0 stopped, 0 pending)" in printed
     # Any shard count can be asked for: the journal is one, so one shard of all samples is done too.
     code, printed = run_cli(["status", str(run), "--tasks", "1"], capsys)
-    assert code == 0 and "1 shards started by hand (1 done, 0 running, 0 stopped, 0 pending)" in printed
+    assert code == 0 and "1 shard started by hand (1 done, 0 running, 0 stopped, 0 pending)" in printed
 
 
 def test_status_of_a_folder_with_no_run(tmp_path, capsys):
@@ -58,3 +58,12 @@ def test_status_of_a_folder_with_no_run(tmp_path, capsys):
     assert code == 2
     assert (f"eagle3-synth status: error: {tmp_path}: nothing was launched or generated here (no "
             "launch/tasks-N/launch.json, no run.json); eagle3-synth launch CONFIG --run-dir RUN_DIR starts it") in printed
+
+
+def test_status_counts_rollouts_where_a_prompt_has_several(tmp_path, kimi_tokenizer, capsys):
+    generation = replay_inputs(tmp_path / "inputs", kimi_tokenizer)  # its replay has half the rollouts: the rest fail
+    run = tmp_path / "run"
+    run_cli(["generate", KIMI_CONFIG, *generation, "--run-dir", str(run), "--samples-per-prompt", "2"], capsys)
+    lines = shard_lines(run_cli(["status", str(run)], capsys)[1])
+    assert lines[0].startswith(f"{KIMI_CONFIG}: 1 shard started by hand (1 done, ") and "60/60 rollouts, " in lines[0]
+    assert lines[1] == "  shard 0: done    60/60 rollouts, R samples/s, 30 failed samples"

@@ -198,7 +198,7 @@ class Announced(logging.Handler):
 
 
 def test_a_server_that_binds_its_port_late_is_waited_for_and_said_once(caplog):
-    """`launch_server` binds its port only once its model is loaded (~100 s on a CPU): until then every
+    """`launch_server` binds its port only once its model is loaded: until then every
     connection is refused. The engine waits through the refusals, then the 503s of the warm-up, and
     says once that it waits and for how long at most. The port is bound only after that line."""
     url = f"http://127.0.0.1:{free_port()}"

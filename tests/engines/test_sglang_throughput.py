@@ -36,7 +36,7 @@ def test_retractions_are_read_journaled_and_reported(launch):
     for result in results.values():
         progress.update(result)
     assert "retractions 2" in progress.line()
-    assert any("1 samples were retracted 2 times in all" in line for line in summary.lines())
+    assert any("1 sample retracted 2 times in all" in line for line in summary.lines())
 
 
 def test_a_vision_language_target_gets_the_language_model_only_hint(tmp_path):

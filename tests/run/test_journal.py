@@ -140,7 +140,7 @@ def test_errors_are_journaled_reported_and_retried_only_when_asked(tmp_path, kim
 
     assert main(build) == 1  # built, with a failed sample left out: not a clean success (README, exit status)
     printed = capsys.readouterr().out
-    assert "1 samples failed and are not in the dataset (exit status 1)" in printed
+    assert "1 sample failed, not in the dataset (exit status 1)" in printed
     assert "errors: 1 (journaled with their reason; retried only with --retry-errors)" in printed
     assert f"    {reason}" in printed
     assert f"{SAMPLES - 1} results" in printed and "1 failed, 0 not generated yet" in printed
@@ -148,7 +148,7 @@ def test_errors_are_journaled_reported_and_retried_only_when_asked(tmp_path, kim
 
     assert main(build) == 1  # not retried unasked
     printed = capsys.readouterr().out
-    assert "0 generated" in printed and "1 samples failed in an earlier run and were not retried" in printed
+    assert "0 generated" in printed and "1 sample failed in an earlier run, not retried" in printed
 
     assert main([*build, "--retry-errors"]) == 1  # retried: fails again, journaled again
     assert "1 generated" in capsys.readouterr().out

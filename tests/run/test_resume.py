@@ -94,9 +94,9 @@ def test_max_hours_stops_cleanly_and_resumes(tmp_path, kimi_tokenizer, capsys):
 
 def test_a_sampled_transformers_run_killed_mid_batch_resumes_to_the_rows_of_an_unbatched_run(tmp_path):
     """The transformers engine sampling (temperature 1) multi-turn conversations, two rollouts each:
-    killed after 2 of its first batch of 4 were journaled, then resumed (its first batch is now
-    other samples), it writes the rows of an uninterrupted run with --batch-size 1. Per-batch
-    seeding changed every row after the cut."""
+    killed after 2 of its first batch of 4 were journaled, then resumed (its first batch then holds
+    other samples), it writes the rows of an uninterrupted run with --batch-size 1: seeds per sample,
+    since seeding per batch would change every row after the cut."""
     argv = ["build", "B2_hermes_fc", "--model", str(TINY_MODEL), "--limit", "3", "--samples-per-prompt", "2",
             "--max-new-tokens", "48", "--temperature", "1.0", "--seed", "5"]
     assert main([*argv, "--batch-size", "1", "--out", str(tmp_path / "reference")]) == 0

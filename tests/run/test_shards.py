@@ -104,7 +104,7 @@ def test_overlapping_results_are_kept_once_the_first_journaled(tmp_path, kimi_to
     (run_dir / JOURNAL_DIR / "29991231T235959Z-other-1-abcdef-00000.jsonl").write_bytes(b"".join(changed))
     capsys.readouterr()
     assert main(["build", KIMI_CONFIG, "--run-dir", str(run_dir), "--out", str(tmp_path / "again")]) == 0
-    assert f"{SAMPLES} samples were generated more than once" in capsys.readouterr().out
+    assert f"{SAMPLES} samples generated more than once" in capsys.readouterr().out
     assert config_rows(tmp_path / "again") == first
 
     # Named to sort first, the other copy is the one kept: the rule is file order, not chance.

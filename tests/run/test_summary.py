@@ -18,7 +18,7 @@ def test_a_lowered_length_is_a_row_counted_apart():
     for item in (result(0, "length", 30), result(1, "length", 28), result(2, "stop", 5)):
         summary.add(item)
     assert summary.short_lengths == 1 and summary.finish_reasons["length"] == 2
-    assert ("  1 samples ended by length before --max-new-tokens 30: the engine lowered the cap to fit its "
+    assert ("  1 sample ended by length before --max-new-tokens 30: the engine lowered the cap to fit its "
             "context or KV budget") in summary.lines()
     quiet = RunSummary(config="B1_glaive", run_dir="run", max_new_tokens=30)
     quiet.add(result(0, "length", 30))
@@ -89,13 +89,13 @@ def test_prompt_counts_tell_a_rejected_prompt_from_a_rejected_rollout():
     counts = counts_of([0, 0, 1], 7, rejects)
     assert counts == PromptCounts(prompts=2, rollouts=3, samples=7, rejected_prompts=2, rejected_rollouts=1)
     assert counts.kept() == "2 prompts kept (2 rejected), 3 rollouts (1 rejected)"
-    assert counts.unit == counts.done_unit == "rollouts"
+    assert counts.unit == "rollouts"
     # one rollout of one turn per prompt: the three counts are one
     simple = counts_of([0, 1, 2], 3, [{"sample_id": 3, "reason": "duplicate"}])
-    assert simple.kept() == "3 prompts kept (1 rejected)" and simple.done_unit == "samples"
+    assert simple.kept() == "3 prompts kept (1 rejected)" and simple.unit == "samples"
     # one rollout per prompt, several turns: done counts prompts (conversations), generated counts samples
     turns = counts_of([0, 3], 6, [])
-    assert turns.kept() == "2 prompts kept (0 rejected)" and turns.done_unit == "prompts"
+    assert turns.kept() == "2 prompts kept (0 rejected)" and turns.unit == "prompts"
 
 
 def test_the_summary_and_coverage_lines_name_their_units():
@@ -109,9 +109,9 @@ def test_the_summary_and_coverage_lines_name_their_units():
         summary.add(item)
     lines = summary.lines()
     assert lines[0].startswith("B2_hermes_fc: 2 prompts kept (0 rejected), 1 already in run, 2 samples generated in ")
-    assert lines[-1] == "  interrupted: 1 prompts left; run the same command again to continue"
+    assert lines[-1] == "  interrupted: 1 prompt left; run the same command again to continue"
     coverage = Coverage(config="B2_hermes_fc", run_dir="run", counts=turns, finish_reasons=Counter(stop=4), failed=[],
                         missing=np.array([3]), layouts={})
     assert coverage.lines()[0] == ("B2_hermes_fc: 2 prompts kept (0 rejected) in run: 4 results (stop=4), 0 failed, "
-                                   "1 prompts not generated yet")
+                                   "1 prompt not generated yet")
     assert coverage.missing_message().startswith("B2_hermes_fc: 1 of 2 prompts in run have no result yet")

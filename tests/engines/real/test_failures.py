@@ -59,9 +59,9 @@ def in_process_build(out: Path) -> list[str]:
 
 
 def test_an_engine_whose_scheduler_dies_ends_the_run_with_75_naming_it_and_the_rerun_completes(reference, tmp_path):
-    """SGLang's watchdog sees its scheduler gone and SIGQUITs eagle3-synth, whose own handler was
-    SGLang's tree kill (exit 137, no word): now the run ends with one line naming the process and
-    the engine's last log lines, exit 75, its journal intact; the same command then completes."""
+    """SGLang's watchdog sees its scheduler gone and SIGQUITs eagle3-synth, where SGLang's own handler
+    would tree-kill it (exit 137, no word): the run ends with one line naming the process and the
+    engine's last log lines, exit 75, its journal intact; the same command then completes."""
     log, out = tmp_path / "first.log", tmp_path / "ds"
     engine_processes: set[int] = set()
     schedulers: list[int] = []
