@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ..conftest import TINY_MODEL
 
 
+@pytest.mark.slow  # over 3.5 s of CPU: near the fast tier's 5 s on a slower machine
 def test_a_closed_stdout_ends_the_command_quietly():
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the command writes a byte: every write fails

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eagle3_synth import cli
 from eagle3_synth.cli import EXIT_INTERRUPTED, main
 
@@ -32,6 +34,7 @@ def ctrl_c_at(argv: list[str], kill_at: str, log: Path) -> tuple[int, str]:
     return code, log.read_text()
 
 
+@pytest.mark.slow  # over 3.5 s of CPU: near the fast tier's 5 s on a slower machine
 def test_ctrl_c_mid_generation_exits_130_and_the_same_command_continues(tmp_path, kimi_tokenizer):
     argv = ["build", KIMI_CONFIG, *replay_inputs(tmp_path / "inputs", kimi_tokenizer, SAMPLES), "--out",
             str(tmp_path / "out")]

@@ -343,6 +343,7 @@ def test_bad_repo_or_tag_is_refused(repo_id, tag, message, tmp_path):
 
 
 
+@pytest.mark.slow  # over 3.5 s of CPU: near the fast tier's 5 s on a slower machine
 def test_a_validation_split_is_published_and_loads_as_its_own_split(hub, tmp_path, kimi_tokenizer):
     """A build with --validation: both splits reach the Hub, checked, and load back as they are."""
     write_prompts(tmp_path / "prompts.jsonl", 24)
