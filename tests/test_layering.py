@@ -21,7 +21,7 @@ BASE = {"errors", "exit_status", "files", "digests", "timestamps", "__init__"}
 # none knows the others.
 LEVEL = {"contract": 0, "prompts": 1, "engines": 1, "run": 2, "dataset": 3, "view": 4, "train": 5, "checks": 5,
          "evaluate": 5, "publish": 6, "cluster": 6, "cli": 7}
-MAX_LINES = 400
+MAX_LINES = 800
 
 
 def modules() -> dict[str, Path]:
@@ -105,7 +105,7 @@ def test_no_import_circle():
     assert not circles, "\n".join(circles)
 
 
-def test_no_module_is_over_400_lines():
+def test_no_module_is_over_800_lines():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, long
 

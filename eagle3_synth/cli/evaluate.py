@@ -23,8 +23,7 @@ from eagle3_synth.cli.data_options import add_source_argument, open_from_args
 from eagle3_synth.cli.options import parse_key_value
 from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
 from eagle3_synth.dataset.stores import open_source, resolve_configs
-from eagle3_synth.engines import ENGINE_OPTIONS, check_options_used
-from eagle3_synth.engines.dtypes import DTYPES, resolve_dtype
+from eagle3_synth.engines import ENGINE_OPTIONS, check_options_used, DTYPES, resolve_dtype
 from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.preflight import check_model_and_engine

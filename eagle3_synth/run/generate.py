@@ -219,7 +219,7 @@ def run_meta(spec: RunSpec, options: GenerationSettings, setup: RunSetup) -> dic
 def engine_description(spec: RunSpec, options: GenerationSettings) -> str:
     """The engine a run would start, in words (a dry run's report)."""
     engine = options.engine_options(spec)
-    dtype = [f"dtype {engine.dtype}"] if engine.dtype else []  # the resolved one (engines/dtypes.py), never `auto`
+    dtype = [f"dtype {engine.dtype}"] if engine.dtype else []  # the resolved one (engines/__init__.py), never `auto`
     parts = {
         "transformers": [f"model {engine.model}", *dtype, f"device {engine.device or 'cpu'}",
                          f"batch size {engine.batch_size}"],

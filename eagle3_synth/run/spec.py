@@ -131,7 +131,7 @@ class ModelSpec:
     # quantization, kv_cache_dtype ...); the others are plumbing.
     engine_args: Mapping[str, Any] = field(default_factory=dict, metadata=identity(output_engine_args))
     # The dtype the model runs in where it is not the checkpoint's own (`--dtype bfloat16` on a
-    # float32 checkpoint); None: the checkpoint's (engines/dtypes.py). A cast changes the ids, so it
+    # float32 checkpoint); None: the checkpoint's (engines/__init__.py). A cast changes the ids, so it
     # is fingerprinted; the checkpoint's own enters no field (`--dtype` naming it is the same run).
     dtype: str | None = field(default=None, metadata={"omit_none": True})
 

@@ -25,7 +25,7 @@ from datasets import load_dataset
 from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
 from eagle3_synth.engines.sglang import engine as sglang_engine
-from eagle3_synth.engines.retry import RetryPolicy
+from eagle3_synth.engines.sglang.protocol import RetryPolicy
 from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, type_engine_args
 from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FEATURES

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_synth.engines.base import SpeculativeCounts
-from eagle3_synth.engines.result_checks import speculative_counts
+from eagle3_synth.engines.base import SpeculativeCounts, speculative_counts
 from eagle3_synth.evaluate.figures import Served, acceptance, greedy_check
 
 

@@ -178,7 +178,7 @@ def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
     default) enters no field, so naming it is the same run as not naming it; a cast does,
     and each cast is another run. `--engine-arg dtype` is refused for `--dtype`, and `auto` is
     no dtype at all (SGLang's auto runs a float32 checkpoint in float16)."""
-    from eagle3_synth.engines.dtypes import checkpoint_dtype
+    from eagle3_synth.engines import checkpoint_dtype
     from eagle3_synth.run.settings import GenerationSettings
 
     def spec_of(**settings):

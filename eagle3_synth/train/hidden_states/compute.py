@@ -34,8 +34,7 @@ from typing import Any
 import numpy as np
 
 from eagle3_synth.contract.ranges import check_ranges
-from eagle3_synth.engines import check_options_used, options_given
-from eagle3_synth.engines.dtypes import DTYPES
+from eagle3_synth.engines import check_options_used, options_given, DTYPES
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.shards import Shard
 from eagle3_synth.train.export import OVERLONG, ExportOptions, ids_record, too_few_loss_tokens
