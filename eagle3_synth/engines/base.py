@@ -17,9 +17,8 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from eagle3_synth.contract.sampling import check_sampling
+from eagle3_synth.contract.row import check_sampling, FINISH_REASONS, out_of_range
 from eagle3_synth.errors import ConfigError, EngineError
-from eagle3_synth.contract.row import FINISH_REASONS, out_of_range
 
 # Every engine's results are checked before they are stored: a violation stops the run, naming the sample.
 #
@@ -29,7 +28,7 @@ from eagle3_synth.contract.row import FINISH_REASONS, out_of_range
 # - `len(output_ids) == completion_tokens`, at most `max_new_tokens` of them;
 # - `prompt_tokens == len(prompt_ids)` (nothing truncated or re-tokenized on the way);
 # - every prompt and output id is in the model's vocabulary, `0 <= id < vocab_size`
-#   (`contract.row.out_of_range`; the size is the model config's `vocab_size`, `prompts.model_vocab`);
+#   (`contract.row.out_of_range`; the size is the model config's `vocab_size`, `prompts.prepare.model_vocab`);
 # - the output does not start with the prompt (a server that echoes the input);
 # - a `stop` has output ids and ends with one of the requested stop ids (kept, last); no stop id
 #   occurs before the last position (the engine would have stopped there);
@@ -220,7 +219,7 @@ def check_result(request: GenerationRequest, response: Any, source: str, params:
     return check_generation(request, result, params, source)
 
 
-__all__ = ["check_sampling"]  # re-exported: the one check lives in contract/sampling.py
+__all__ = ["check_sampling"]  # re-exported: the one check lives in contract/row.py
 
 
 @dataclass(frozen=True)
@@ -235,7 +234,7 @@ class SamplingParams:
     # A run's params: the run's seed (a sample draws with seed + sample_id); a request's own
     # (`GenerationRequest.params`): the sample's seed itself.
     seed: int | None = None
-    # Every id of a result must be below it: the model's embedding rows (`prompts.model_vocab`).
+    # Every id of a result must be below it: the model's embedding rows (`prompts.prepare.model_vocab`).
     # Never sent to an engine; None only where nothing knows it (an adapter tested on its own).
     vocab_size: int | None = None
 
@@ -255,7 +254,7 @@ class GenerationRequest:
     prompt_ids: list[int]
     # SGLang priority scheduling (higher first); None = the server's default. Never changes an id.
     priority: int | None = None
-    # This sample's sampling (`contract.sampling.sample_sampling`: its rollout's values and its own
+    # This sample's sampling (`contract.row.sample_sampling`: its rollout's values and its own
     # seed); None = the run's params with seed + sample_id.
     sampling: Mapping[str, Any] | None = None
 

@@ -243,7 +243,7 @@ class RunSettings:
     max_hours: float | None = option(None, "stop handing out prompts after H hours, leaving a "
                                      f"resumable run (exit status {exit_status.RESUMABLE})", metavar="H")
     retry_errors: bool = option(False, "generate again the samples that failed before")
-    # Processes that template prompts (prompts.templaters.make_templater): 1, N, or None (automatic);
+    # Processes that template prompts (prompts.prepare.make_templater): 1, N, or None (automatic);
     # the builder's only.
     workers: int | None = None
 
