@@ -2,7 +2,7 @@
 """What `eagle3-synth evaluate` costs on top of SGLang's own speculative decoding: the same rows
 through one in-process SGLang 0.5.23 Engine with an EAGLE-3 drafter, once as a bare
 `Engine.generate` of every row in one batch call, once as evaluate's speculative pass
-(`evaluate.run.run_pass`: one request per row through the in-flight window, every result checked,
+(`evaluate.run_pass`: one request per row through the in-flight window, every result checked,
 the counts read). Run with the SGLang venv's interpreter; the same engine serves both, alternating
 (bare, evaluate, bare, evaluate ...), after one untimed warm-up request (the first draft step compiles).
 
@@ -42,7 +42,7 @@ def main() -> None:
 
     from eagle3_synth.engines import EngineOptions, SamplingParams, create_engine
     from eagle3_synth.engines.sglang.protocol import sglang_sampling_params
-    from eagle3_synth.evaluate.run import Row, run_pass
+    from eagle3_synth.evaluate import Row, run_pass
     from stand_ins.drafters import random_drafter
 
     with tempfile.TemporaryDirectory() as tmp:

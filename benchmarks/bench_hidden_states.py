@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eagle3_synth.train.hidden_states.layers import model_parts
-from eagle3_synth.train.hidden_states.layouts import LAYOUTS, Item
-from eagle3_synth.train.hidden_states.compute import (HiddenStatesOptions, FilePlan, batches_by_length, load_model, padded_batch,
+from eagle3_synth.train.hidden_states.layouts import model_parts, LAYOUTS, Item
+from eagle3_synth.train.hidden_states.job import (HiddenStatesOptions, FilePlan, batches_by_length, load_model, padded_batch,
                                                       transformers_states, write_states)
 
 TINY = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models" / "tiny-kimi"

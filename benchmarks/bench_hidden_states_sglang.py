@@ -40,7 +40,7 @@ import orjson
 import torch
 
 from benchmarks.bench_hidden_states import make_items
-from eagle3_synth.train.hidden_states.compute import FilePlan, HiddenStatesOptions, load_model, transformers_states, write_states
+from eagle3_synth.train.hidden_states.job import FilePlan, HiddenStatesOptions, load_model, transformers_states, write_states
 from eagle3_synth.train.hidden_states.layouts import LAYOUTS
 from eagle3_synth.train.hidden_states.sglang_capture import PREFILL_ONLY, plan_capture, sglang_engine, states_of_rows
 

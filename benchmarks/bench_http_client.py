@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams  # noqa: E402
-from eagle3_synth.engines.retry import RetryPolicy  # noqa: E402
+from eagle3_synth.engines.sglang.protocol import RetryPolicy  # noqa: E402
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine  # noqa: E402
 from stand_ins.sglang_server import server_process  # noqa: E402
 

@@ -117,7 +117,7 @@ def _summary(subparsers: argparse._SubParsersAction, name: str) -> str:  # noqa:
 def columns_page() -> str:
     from eagle3_synth.contract.row import column_table
     from eagle3_synth.dataset.card import PREVIEW_MEANINGS
-    from eagle3_synth.publish.tree import PREVIEW_AFTER, PREVIEW_CHARS
+    from eagle3_synth.publish import PREVIEW_AFTER, PREVIEW_CHARS
 
     previews = ["| column | type | meaning |", "|---|---|---|"]
     previews += [f"| `{name}` | `string` | {meaning} |" for name, meaning in PREVIEW_MEANINGS.items()]

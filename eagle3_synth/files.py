@@ -11,11 +11,32 @@ rename orders the file's whole content before its name, and a crash loses at mos
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+# Content digests of files, for fingerprints and identities: a changed file changes the run.
+
+
+def file_digest(path: Path) -> str:
+    """The first 16 hex digits of the file's SHA-256, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+# The one timestamp format of run files, run info and journal session names: UTC, ISO 8601.
+
+
+def utc_timestamp(*, compact: bool = False) -> str:
+    """Now in UTC: `2026-12-01T08:38:04Z`, or `20261201T083804Z` for file names."""
+    return time.strftime("%Y%m%dT%H%M%SZ" if compact else "%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def temporary_name(name: str, *, unique: bool = True, suffix: str = ".tmp") -> str:

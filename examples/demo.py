@@ -26,7 +26,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from eagle3_synth.cli import main as cli
-    from eagle3_synth.view.render import render_conversation, render_row
+    from eagle3_synth.view import render_conversation, render_row
 
     argv = ["build", "B1_glaive", "--model", str(MODEL), "--out", str(OUT),
             "--max-new-tokens", "256", "--temperature", "0.8", "--seed", "0"]

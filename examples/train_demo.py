@@ -17,7 +17,7 @@ it is:
 5. `speculators train` through examples/speculators_cpu.py (speculators' CLI with its two
    accelerator-only calls patched), with `--on-missing raise`: a hidden-states file the trainer
    cannot read stops it rather than asking a vLLM server; and `--no-norm-before-residual`, the
-   drafter layer SGLang serves (speculators' default differs: evaluate/drafter.py);
+   drafter layer SGLang serves (speculators' default differs: evaluate.py);
 6. `eagle3-synth evaluate` on the held-out rows, with the SGLang venv's interpreter (`make
    sglang-venv`): the drafter served by SGLang's own EAGLE-3 speculative decoding, greedy, 3 draft
    steps in a chain (what speculators validated).

@@ -14,7 +14,7 @@ import argparse
 
 from eagle3_synth.prompts.templating import check_template_date, load_tokenizer
 from eagle3_synth.prompts.configs import get_config, load_config_file
-from eagle3_synth.checks.doctor import diagnose
+from eagle3_synth.checks import diagnose
 from eagle3_synth.contract.profiles import PROFILES
 from eagle3_synth.cli.options import parse_key_value
 

@@ -19,12 +19,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from eagle3_synth.cli.data_options import add_source_argument, open_from_args
-from eagle3_synth.cli.options import parse_key_value
-from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
+from eagle3_synth.cli.options import (add_source_argument, open_from_args, parse_key_value, add_overwrite_argument,
+                                      check_outputs)
 from eagle3_synth.dataset.stores import open_source, resolve_configs
-from eagle3_synth.engines import ENGINE_OPTIONS, check_options_used
-from eagle3_synth.engines.dtypes import DTYPES, resolve_dtype
+from eagle3_synth.engines import ENGINE_OPTIONS, check_options_used, DTYPES, resolve_dtype
 from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.preflight import check_model_and_engine
@@ -98,8 +96,8 @@ def open_rows_source(args: argparse.Namespace):  # noqa: ANN201 - RowSource
 
 def run(args: argparse.Namespace) -> int:
     from eagle3_synth.engines import EngineOptions, SamplingParams
-    from eagle3_synth.evaluate.report import format_report
-    from eagle3_synth.evaluate.run import (Evaluation, check_drafter, evaluate, evaluation_row, scratch_dir,
+    from eagle3_synth.evaluate import format_report
+    from eagle3_synth.evaluate import (Evaluation, check_drafter, evaluate, evaluation_row, scratch_dir,
                                            served_drafter_path)
 
     if args.report:

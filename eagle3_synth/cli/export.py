@@ -18,10 +18,9 @@ from eagle3_synth.dataset.stores import data_profile
 from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.forms import MessageForm
-from eagle3_synth.train.export import FORMATS, KEPT, OVERLONG, ExportOptions, export_rows
-from eagle3_synth.train.loss_mask import TRAIN_ON
-from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
-from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
+from eagle3_synth.train.export import FORMATS, KEPT, OVERLONG, ExportOptions, export_rows, TRAIN_ON
+from eagle3_synth.cli.options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config,
+                                      add_overwrite_argument, check_outputs)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -33,14 +33,11 @@ from pathlib import Path
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.exit_status import DONE, PROBLEMS
 from eagle3_synth.run.shards import Shard
-from eagle3_synth.train.export import OVERLONG
-from eagle3_synth.train.hidden_states.layers import DRAFTERS
-from eagle3_synth.train.hidden_states.layouts import LAYOUTS
-from eagle3_synth.train.hidden_states.compute import DTYPES, ENGINES, STAGING, STATES_VIA, HiddenStatesOptions
-from eagle3_synth.train.hidden_states.job import run_job, target_model
-from eagle3_synth.train.loss_mask import TRAIN_ON
-from eagle3_synth.cli.data_options import add_source_argument, open_from_args, resolve_configs
-from eagle3_synth.cli.options import parse_key_value
+from eagle3_synth.train.export import OVERLONG, TRAIN_ON
+from eagle3_synth.train.hidden_states.layouts import DRAFTERS, LAYOUTS
+from eagle3_synth.train.hidden_states.job import (DTYPES, ENGINES, STAGING, STATES_VIA, HiddenStatesOptions, run_job,
+                                                  target_model)
+from eagle3_synth.cli.options import add_source_argument, open_from_args, resolve_configs, parse_key_value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

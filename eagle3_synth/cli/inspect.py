@@ -14,9 +14,8 @@ import os
 import sys
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.view.render import render_conversation, render_row
-from eagle3_synth.view.where import parse_where, select_samples
-from eagle3_synth.cli.data_options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
+from eagle3_synth.view import render_conversation, render_row, parse_where, select_samples
+from eagle3_synth.cli.options import TokenizerCache, add_source_argument, add_tokenizer_arguments, open_config
 
 DEFAULT_FIRST = 5
 

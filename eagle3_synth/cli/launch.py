@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_folder(args.out, "--out")
         check_out_folder(args.out, args.config, args.run_dir, overwrite=args.overwrite)
     try:
-        from eagle3_synth.cluster.follow import failure_message, follow, portable, submit
+        from eagle3_synth.cluster.executors import failure_message, follow, portable, submit
     except ImportError as exc:
         raise ConfigError(f"launch needs datatrove ({exc}): pip install 'eagle3-synth[cluster]' "
                           "('eagle3-synth[ray]' for --executor ray)") from None

@@ -12,8 +12,7 @@ import json
 
 from eagle3_synth.dataset.stores import resolve_configs
 from eagle3_synth.dataset.stats import STATS_COLUMNS, config_stats, format_stats_table, plot_output_lengths, turn_stats
-from eagle3_synth.cli.data_options import add_source_argument, open_from_args
-from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
+from eagle3_synth.cli.options import add_source_argument, open_from_args, add_overwrite_argument, check_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

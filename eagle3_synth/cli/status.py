@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from eagle3_synth.exit_status import DONE, PROBLEMS, STILL_RUNNING, help_line
-from eagle3_synth.cluster.follow import current_status
+from eagle3_synth.cluster.executors import current_status
 from eagle3_synth.cluster.shard_status import FAILED_STATE, STOPPED, journal_record, read_launch_record
 
 

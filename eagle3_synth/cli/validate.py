@@ -17,10 +17,9 @@ from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.templating import check_template_date
 from eagle3_synth.dataset.stores import data_profile, resolve_configs
 from eagle3_synth.prompts.forms import MessageForm
-from eagle3_synth.checks.validate import RowValidator, data_vocabulary, validate_batches
-from eagle3_synth.cli.data_options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
-                          kwarg_overrides, template_kwargs)
-from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
+from eagle3_synth.checks import RowValidator, data_vocabulary, validate_batches
+from eagle3_synth.cli.options import (TokenizerCache, add_source_argument, add_tokenizer_arguments, open_from_args,
+                                      kwarg_overrides, template_kwargs, add_overwrite_argument, check_outputs)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -26,10 +26,9 @@ import json
 from pathlib import Path
 
 from eagle3_synth.dataset.stores import resolve_configs
-from eagle3_synth.train.loss_mask import TRAIN_ON
+from eagle3_synth.train.export import TRAIN_ON
 from eagle3_synth.train.draft_vocab import draft_vocab, mapping_paths, target_vocab_size
-from eagle3_synth.cli.data_options import add_source_argument, open_from_args
-from eagle3_synth.cli.outputs import add_overwrite_argument, check_outputs
+from eagle3_synth.cli.options import add_source_argument, open_from_args, add_overwrite_argument, check_outputs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

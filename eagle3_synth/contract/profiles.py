@@ -15,7 +15,7 @@ Keys of a profile (only the markers and `stop` are required):
   the template opened reasoning (DeepSeek-R1 style), so reasoning starts at 0.
 - `reasoning_field`: the message field earlier reasoning goes in (`reasoning_content`; gpt-oss:
   `thinking`). `tool_description`: a documented system-prompt tool description to use when the
-  template ignores `tools` (see `tool_descriptions.py`). `thinking_kwargs`: template kwargs that
+  template ignores `tools` (see `prompts/forms.py`). `thinking_kwargs`: template kwargs that
   switch reasoning, with their values (for `doctor`). `family`, `template`: what people read.
 - `detect`: `vocab` (tokens that must all be single tokens) and `template` (substrings the chat
   template must contain) for `--profile auto`.
@@ -29,8 +29,37 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.errors import ConfigError, MarkerError
-from eagle3_synth.contract.yaml_files import load_yaml_mapping, parse_yaml_mapping
 from eagle3_synth.contract.markers import NO_MARKER, Marker, Vocabulary, resolve_pattern, single_token_id
+
+# The YAML files a user gives (`--profile-file`, `--config-file`): a mapping of names to their
+# keys, read by one loader with one error shape (each a one-line ConfigError naming the option and
+# the file): "no such file", "cannot read it (...)", "not valid YAML (...)", "expected a mapping of ...".
+
+
+def parse_yaml_mapping(text: str, where: str, what: str) -> dict[Any, Any]:
+    """`text` as a non-empty YAML mapping; `where` names its origin, `what` its entries."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{where}: expected a mapping of {what}")
+    return data
+
+
+def load_yaml_mapping(path: str | Path, option: str, what: str) -> dict[Any, Any]:
+    """The file `path` given as `option`, a non-empty YAML mapping of `what`."""
+    where = f"{option} {path}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    return parse_yaml_mapping(text, where, what)
+
 
 MARKER_ROLES = ("reasoning_open", "reasoning_close", "tool_section_begin", "tool_call_begin", "tool_call_end")
 _REQUIRED = ("reasoning_open", "reasoning_close", "tool_call_begin", "tool_call_end", "stop")

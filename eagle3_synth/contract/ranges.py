@@ -5,7 +5,7 @@ Checked as soon as the values are known (the run configuration when made, every 
 the command line's and the builder's alike; the engines' options when an engine starts), so a typo fails in a
 second, not after hours. argparse reads "nan" and "inf" as floats, and a NaN temperature would be
 written into run.json and sent to the engine: a value must be finite. Sampling values also have a
-type (`contract/sampling.py: sampling_problem`).
+type (`contract/row.py: sampling_problem`).
 """
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ from typing import Any
 
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.files import temporary_name, write_text_whole
-from eagle3_synth.timestamps import utc_timestamp
+from eagle3_synth.files import temporary_name, write_text_whole, utc_timestamp
 from eagle3_synth.dataset.card import CARD_MARKER, config_data_files, display_name, render_card
 from eagle3_synth.dataset.parquet import SHARD_NAME, install_shards, parquet_bytes, parquet_rows
 from eagle3_synth.prompts.held_out import SPLITS

@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from eagle3_synth.contract.boundaries import reasoning_end
-from eagle3_synth.contract.sampling import is_lowered
+from eagle3_synth.contract.row import reasoning_end, is_lowered
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -84,7 +83,7 @@ class ConfigStats:
     # finish_reason == "length": the engine hit max_new_tokens
     share_truncated: float
     # of those, rows shorter than their own max_new_tokens (the `sampling` column): the engine
-    # lowered the cap to fit the context or its KV budget (`contract/sampling.py`)
+    # lowered the cap to fit the context or its KV budget (`contract/row.py`)
     share_lowered: float
     # think_end == -1: no reasoning-close marker in the output (no reasoning at all, reasoning cut
     # off, or reasoning ended implicitly by a tool-call section)

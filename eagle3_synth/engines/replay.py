@@ -5,7 +5,7 @@ the format of an existing `raw_responses.jsonl` -- so earlier runs and outside r
 imported and tests can feed exact outputs. The file is never loaded: memory stays flat in its size.
 
 Imported results go through the contract check every engine's results do
-(`result_checks.check_generation`), with the same outcome: a record that breaks the contract (not
+(`base.check_generation`), with the same outcome: a record that breaks the contract (not
 a JSON object, output_ids not a list of ints, an unknown finish_reason, a `stop` without its stop
 token last or with no ids, more ids than max_new_tokens, an id outside the vocabulary, a stop id
 before the end) is an error naming `FILE:LINE` and the sample, never a row. `check_replay_file`
@@ -30,8 +30,7 @@ import orjson
 from eagle3_synth.errors import ConfigError, EngineError
 from eagle3_synth.contract.row import FINISH_REASONS
 from eagle3_synth.engines.base import (Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
-                                       abort_result, take_requests)
-from eagle3_synth.engines.result_checks import check_generation, output_problem
+                                       abort_result, take_requests, check_generation, output_problem)
 
 _SAMPLE_ID = re.compile(rb'"sample_id"\s*:\s*(-?\d+)')
 # Problems listed by number in `check_replay_file`'s message beyond the first.

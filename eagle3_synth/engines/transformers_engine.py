@@ -21,8 +21,7 @@ from typing import Any
 from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.engines.base import (Engine, EngineOptions, GenerationRequest, GenerationResult, SamplingParams,
-                                       take_requests)
-from eagle3_synth.engines.result_checks import check_generation
+                                       take_requests, check_generation)
 
 
 def cut_after_stop(new_ids: list[int], stop_ids: tuple[int, ...], max_new_tokens: int) -> tuple[list[int], str]:
@@ -178,7 +177,7 @@ def create(options: EngineOptions) -> TransformersEngine:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    # The run's dtype (engines/dtypes.py); "auto" (the checkpoint's own) only for an adapter used on its own.
+    # The run's dtype (engines/__init__.py); "auto" (the checkpoint's own) only for an adapter used on its own.
     dtype = getattr(torch, options.dtype) if options.dtype else "auto"
     model = AutoModelForCausalLM.from_pretrained(options.model, trust_remote_code=options.trust_remote_code, dtype=dtype)
     model.to(options.device or "cpu")

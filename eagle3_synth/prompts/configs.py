@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from eagle3_synth.contract.yaml_files import load_yaml_mapping
+from eagle3_synth.contract.profiles import load_yaml_mapping
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.adapters import get_adapter
 from eagle3_synth.prompts.held_out import check_validation

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from eagle3_synth.contract.boundaries import reasoning_end
 from eagle3_synth.contract.markers import Marker, find_marker
+from eagle3_synth.contract.row import reasoning_end
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
 
 Tools = Sequence[Mapping[str, Any]] | None
@@ -345,7 +345,7 @@ def history_message(output_ids: Sequence[int], boundaries: Any, tokenizer: Any, 
                     profile: ModelProfile, *, tools: Tools = None, first_call_index: int = 0) -> dict[str, Any]:
     """The assistant message a serving stack's reasoning and tool-call parsers return for an output.
 
-    `boundaries`: the row's boundary columns (`contract.boundaries.find_boundaries`, or a row);
+    `boundaries`: the row's boundary columns (`contract.row.find_boundaries`, or a row);
     `tools`: the tools the prompt offered (they type XML-style parameters, as in sglang). Returns
     `{"role": "assistant", "content", <profile.reasoning_field>, "tool_calls"}`: reasoning and content
     stripped, the content ending where the first call (or its section) begins, no stop token or

@@ -55,7 +55,7 @@ def iter_rollouts(
     reject: Callable[[dict[str, Any]], None] | None = None, sampling: dict[str, Any] | None = None,
 ) -> Iterator[PreparedPrompt]:
     """The rollouts of each kept conversation (module doc), in sample-id order; each carries
-    `sampling` (the run's, `contract/sampling.py`) updated by its draw from the plan's sampling mix.
+    `sampling` (the run's, `contract/row.py`) updated by its draw from the plan's sampling mix.
 
     A rollout whose drawn kwargs differ from the run's is templated again with them; should that
     prompt be refused or too long, the rollout is rejected (appended to `rejects`, with `reject`

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_synth.contract.ranges import check_range
-from eagle3_synth.digests import file_digest
+from eagle3_synth.files import file_digest
 from eagle3_synth.errors import ConfigError, PromptError
 from eagle3_synth.prompts.adapters import get_adapter
 from eagle3_synth.prompts.configs import ConfigSpec

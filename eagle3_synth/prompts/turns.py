@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3_synth.contract.sampling import sampling_problem
+from eagle3_synth.contract.row import sampling_problem
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import TURN_MODES
 from eagle3_synth.prompts.conversation import Conversation
-from eagle3_synth.prompts.draws import seeded_draw
+from eagle3_synth.prompts.held_out import seeded_draw
 
 Message = dict[str, Any]
 KwargMix = tuple[tuple[Mapping[str, Any], float], ...]

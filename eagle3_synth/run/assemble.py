@@ -17,15 +17,15 @@ import numpy as np
 import pyarrow as pa
 
 from eagle3_synth.contract.profiles import MarkerIds
-from eagle3_synth.contract.row import FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row
-from eagle3_synth.contract.sampling import dumps_sampling, sample_sampling
+from eagle3_synth.contract.row import (FEATURES, dumps_kwargs, dumps_messages, dumps_tools, make_row, dumps_sampling,
+                                       sample_sampling)
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.held_out import run_validation, split_of, validation_conversations
 from eagle3_synth.run.conversations import FAILED, rollout_states
 from eagle3_synth.run.directory import RunDirectory
+from eagle3_synth.run.shards import Shard
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.progress import MAX_LISTED, Coverage, PromptCounts
-from eagle3_synth.run.shards import Shard
 
 # Rows per Arrow table handed to the writer: large enough that per-table costs vanish, small
 # enough that a batch of ~2,000-id outputs stays a few tens of MiB.
@@ -186,7 +186,7 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
 
 
 def _arrays_column(values: list[Any], list_type: pa.DataType) -> pa.Array:
-    """A list column of id arrays (each id in [0, 2**31): `contract/json_ids.py`) from their
+    """A list column of id arrays (each id in [0, 2**31): `run/journal.py`) from their
     concatenation and offsets; a column that also holds lists, or too many ids for int32 offsets,
     goes through `pa.array` as lists (the same values, and the same errors, as from_pylist's)."""
     lengths = [len(value) for value in values]

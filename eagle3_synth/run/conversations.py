@@ -26,10 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
+from eagle3_synth.contract.row import find_boundaries, prompt_opens_reasoning, PreparedPrompt, sample_sampling
 from eagle3_synth.contract.profiles import MarkerIds, ModelProfile
-from eagle3_synth.contract.row import PreparedPrompt
-from eagle3_synth.contract.sampling import sample_sampling
 from eagle3_synth.engines.base import GenerationRequest
 from eagle3_synth.errors import EngineError
 from eagle3_synth.prompts.conversation import Conversation, count_calls
@@ -38,8 +36,8 @@ from eagle3_synth.prompts.hygiene import Reject
 from eagle3_synth.prompts.rollouts import ChatTokenizers, templated
 from eagle3_synth.prompts.turns import continuation
 from eagle3_synth.run.directory import PromptSlots
-from eagle3_synth.run.journal import JournalIndex, TurnPrompt
 from eagle3_synth.run.shards import Shard
+from eagle3_synth.run.journal import JournalIndex, TurnPrompt
 
 # Where a rollout stands (`rollout_states`).
 FRESH, NEXT, RETRY, DONE, FAILED = range(5)

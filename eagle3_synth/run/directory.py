@@ -44,17 +44,17 @@ from typing import IO, Any
 import fsspec
 import numpy as np
 
-from eagle3_synth.files import temporary_name
-from eagle3_synth.timestamps import utc_timestamp
+from eagle3_synth.files import temporary_name, utc_timestamp
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.contract.profiles import MarkerIds
 from eagle3_synth.contract.row import PreparedPrompt
-
-from eagle3_synth.run.fingerprint import _differences, fingerprint
-from eagle3_synth.run.journal import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS, JOURNAL_DIR, JOURNAL_FORMAT, JournalIndex, JournalWriter, new_session_id, scan_journal
+from eagle3_synth.run.spec import _differences, fingerprint
+from eagle3_synth.run.journal import (DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS, JOURNAL_DIR, JOURNAL_FORMAT,
+                                      JournalIndex, JournalWriter, new_session_id, scan_journal)
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.lock import Holder, ShardLock, shard_locks
 from eagle3_synth.run.shards import Shard
+
 log = logging.getLogger(__name__)
 
 RUNS_DIR = ".runs"  # under a dataset folder: OUT/.runs/CONFIG is a config's default run directory

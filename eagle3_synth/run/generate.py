@@ -24,13 +24,13 @@ from typing import Any, TextIO
 from eagle3_synth import __version__
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer, today
 from eagle3_synth.prompts.rollouts import ChatTokenizers
-from eagle3_synth.prompts.model_vocab import ModelVocab, check_model_and_tokenizer
-from eagle3_synth.prompts.template_kwargs import check_run_kwargs
+from eagle3_synth.prompts.prepare import ModelVocab, check_model_and_tokenizer
+from eagle3_synth.prompts.hygiene import check_run_kwargs
 from eagle3_synth.engines import Engine, SamplingParams, create_engine
 from eagle3_synth.engines.replay import check_replay_file
 from eagle3_synth.errors import PromptError, Terminated
 from eagle3_synth.run.directory import RunDirectory, StagedPrompts
-from eagle3_synth.timestamps import utc_timestamp
+from eagle3_synth.files import utc_timestamp
 from eagle3_synth.run.conversations import (DONE, FAILED, NextTurns, RolloutStates, Turn, TurnFeed, grouped_by_prefix,
                                              rollout_states, starting_turns)
 from eagle3_synth.run.journal import JournalIndex
@@ -163,7 +163,7 @@ class RunSetup:
     profile: ModelProfile
     markers: MarkerIds
     chat: ChatTokenizer
-    vocab: ModelVocab  # the ids every result is checked against (prompts/model_vocab.py)
+    vocab: ModelVocab  # the ids every result is checked against (prompts/prepare.py)
     params: SamplingParams
 
 
@@ -219,7 +219,7 @@ def run_meta(spec: RunSpec, options: GenerationSettings, setup: RunSetup) -> dic
 def engine_description(spec: RunSpec, options: GenerationSettings) -> str:
     """The engine a run would start, in words (a dry run's report)."""
     engine = options.engine_options(spec)
-    dtype = [f"dtype {engine.dtype}"] if engine.dtype else []  # the resolved one (engines/dtypes.py), never `auto`
+    dtype = [f"dtype {engine.dtype}"] if engine.dtype else []  # the resolved one (engines/__init__.py), never `auto`
     parts = {
         "transformers": [f"model {engine.model}", *dtype, f"device {engine.device or 'cpu'}",
                          f"batch size {engine.batch_size}"],

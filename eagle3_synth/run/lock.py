@@ -47,7 +47,7 @@ from fsspec import AbstractFileSystem
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.run.kill_points import kill_point
 from eagle3_synth.run.shards import Shard
-from eagle3_synth.timestamps import utc_timestamp
+from eagle3_synth.files import utc_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from eagle3_synth.engines.base import Engine, GenerationResult
-from eagle3_synth.engines.result_checks import is_short_length
+from eagle3_synth.engines.base import Engine, GenerationResult, is_short_length
 
 log = logging.getLogger(__name__)
 

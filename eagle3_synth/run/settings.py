@@ -27,9 +27,9 @@ from typing import Any
 
 from eagle3_synth import exit_status
 from eagle3_synth.contract.profiles import PROFILES
-from eagle3_synth.engines import ENGINES, EngineOptions, check_options_used, options_given
+from eagle3_synth.engines import (ENGINES, EngineOptions, check_options_used, options_given, DTYPES, checkpoint_dtype,
+                                  resolve_dtype)
 from eagle3_synth.engines.base import check_sampling
-from eagle3_synth.engines.dtypes import DTYPES, checkpoint_dtype, resolve_dtype
 from eagle3_synth.contract.ranges import check_ranges
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import TURN_MODES, get_config, load_config_file, sample_prompts_path
@@ -203,7 +203,7 @@ class EngineSettings:
     batch_size: int = option(EngineOptions.batch_size, "transformers engine: prompts per generate call "
                              f"(default {EngineOptions.batch_size})")
     device: str | None = option(EngineOptions.device, "transformers engine: torch device (default cpu)")
-    # engines/dtypes.py: never an engine's `auto`.
+    # engines/__init__.py: never an engine's `auto`.
     dtype: str | None = option(
         None, "the dtype the model runs in (default: the checkpoint's own, from its config.json; never SGLang's auto, "
         "which runs a float32 checkpoint in float16). SGLang on a CPU runs bfloat16 only; sglang-http: the server "
@@ -243,7 +243,7 @@ class RunSettings:
     max_hours: float | None = option(None, "stop handing out prompts after H hours, leaving a "
                                      f"resumable run (exit status {exit_status.RESUMABLE})", metavar="H")
     retry_errors: bool = option(False, "generate again the samples that failed before")
-    # Processes that template prompts (prompts.templaters.make_templater): 1, N, or None (automatic);
+    # Processes that template prompts (prompts.prepare.make_templater): 1, N, or None (automatic);
     # the builder's only.
     workers: int | None = None
 

@@ -15,18 +15,47 @@ float rounding, see `OUTPUT_ENGINE_ARGS`), so a run can be resumed on other hard
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_synth.digests import file_digest
+from eagle3_synth.files import file_digest
 from eagle3_synth.engines.base import check_sampling
 from eagle3_synth.prompts.configs import DEFAULT_MAX_NEW_TOKENS
 from eagle3_synth.prompts.hygiene import HYGIENE_VERSION
 from eagle3_synth.prompts.prepare import max_prompt_tokens
 from eagle3_synth.prompts.selection import PromptPlan
 from eagle3_synth.prompts.turns import ConversationPlan
+
+# The run fingerprint: a digest of everything that determines a run's output, and its differences.
+#
+# A run directory is keyed by it; a command whose settings give another fingerprint is refused,
+# naming each differing field by its dotted path (`sampling.temperature: run has 0.6, ...`).
+
+
+def fingerprint(fields: dict[str, Any]) -> str:
+    canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Each differing field by its dotted path (`sampling.temperature`), nested dicts opened."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines += _differences(a, b, f"{prefix}{key}.")
+        elif key not in old:  # a field left out when unset (`omit_none`)
+            lines.append(f"{prefix}{key}: not set for the run, this command has {b!r}")
+        elif key not in new:
+            lines.append(f"{prefix}{key}: run has {a!r}, not set for this command")
+        elif a != b:
+            lines.append(f"{prefix}{key}: run has {a!r}, this command has {b!r}")
+    return lines
+
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                     "special_tokens_map.json", "tokenizer.model", "tiktoken.model")
@@ -131,7 +160,7 @@ class ModelSpec:
     # quantization, kv_cache_dtype ...); the others are plumbing.
     engine_args: Mapping[str, Any] = field(default_factory=dict, metadata=identity(output_engine_args))
     # The dtype the model runs in where it is not the checkpoint's own (`--dtype bfloat16` on a
-    # float32 checkpoint); None: the checkpoint's (engines/dtypes.py). A cast changes the ids, so it
+    # float32 checkpoint); None: the checkpoint's (engines/__init__.py). A cast changes the ids, so it
     # is fingerprinted; the checkpoint's own enters no field (`--dtype` naming it is the same run).
     dtype: str | None = field(default=None, metadata={"omit_none": True})
 

@@ -7,7 +7,7 @@ so the report says how many are kept (coverage). The mapping has two halves, in 
 - `d2t` (draft -> target): `target_id = i + d2t[i]` for draft id `i` (an offset, int64);
 - `t2d` (target -> draft): a bool mask over the whole target vocabulary, True where kept.
 
-What is counted: the ids of `output_ids` under the loss mask of `eagle3_synth.train.loss_mask`
+What is counted: the ids of `output_ids` under the loss mask of `eagle3_synth.train.export`
 (`train_on="output"`: every generated token; `"response"`: from `response_start` on, nothing when
 reasoning never ended), for whole columns at once (`training.masked_output_starts`). Ids are never
 decoded.
@@ -40,7 +40,7 @@ from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.prepare import model_config_value
 from eagle3_synth.files import written_whole
-from eagle3_synth.train.loss_mask import TRAIN_ON, TrainOn, masked_output_starts
+from eagle3_synth.train.export import TRAIN_ON, TrainOn, masked_output_starts
 
 
 def model_vocab_size(folder: str | Path) -> int | None:

@@ -9,7 +9,7 @@ import pytest
 
 from eagle3_synth.cli import main
 from eagle3_synth.contract.row import make_row
-from eagle3_synth.checks.validate import KINDS, RowValidator
+from eagle3_synth.checks import KINDS, RowValidator
 
 from ..support.built_datasets import KIMI_CONFIG, QWEN_CONFIG, checks_dataset, copy_dataset, rewrite_rows
 from ..conftest import KIMI_TOKENIZER
@@ -176,7 +176,7 @@ def test_without_recorded_provenance_a_tokenizer_is_required(folder, tmp_path, c
 
 def test_workers_give_the_same_report(folder, tmp_path, kimi_tokenizer, kimi_markers):
     from eagle3_synth.dataset.stores import open_source
-    from eagle3_synth.checks.validate import validate_batches
+    from eagle3_synth.checks import validate_batches
 
     copy = copy_dataset(folder, tmp_path / "workers")
     rewrite_rows(copy, KIMI_CONFIG, lambda row: row.update(think_end=row["think_end"] + (row["sample_id"] % 5 == 0)))

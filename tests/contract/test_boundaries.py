@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_synth.contract.boundaries import ToolCallSpan, find_boundaries, prompt_opens_reasoning
+from eagle3_synth.contract.row import ToolCallSpan, find_boundaries, prompt_opens_reasoning
 
 
 class Ids:

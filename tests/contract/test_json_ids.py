@@ -1,4 +1,4 @@
-"""`contract/json_ids.py`: ids read straight from a line's digits are the parser's, or nothing."""
+"""`run/journal.py`: ids read straight from a line's digits are the parser's, or nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import orjson
 import pytest
 
-from eagle3_synth.contract.json_ids import parse_int_array, split_ids
+from eagle3_synth.run.journal import parse_int_array, split_ids
 
 
 @pytest.mark.parametrize("body", [b"", b"0", b"1,2,3", b"1, 2, 3", b"0,10,0", b"2147483647", b"1 ,2", b"1,  2",

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
-from eagle3_synth.errors import ConfigError, MarkerError
 from eagle3_synth.contract.markers import Marker, MarkerPattern, Vocabulary, find_marker, resolve_pattern
+from eagle3_synth.contract.row import find_boundaries, prompt_opens_reasoning
+from eagle3_synth.errors import ConfigError, MarkerError
 from eagle3_synth.contract.profiles import MarkerIds, choose_profile, load_profile_file, profile_from_dict, resolve_markers
 
 SEQUENCE_PROFILE = """

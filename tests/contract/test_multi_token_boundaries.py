@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
+from eagle3_synth.contract.row import find_boundaries, prompt_opens_reasoning
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.contract.profiles import PROFILES, resolve_markers

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eagle3_synth.contract.sampling import check_sampling, dumps_sampling, is_lowered, sample_sampling
+from eagle3_synth.contract.row import check_sampling, dumps_sampling, is_lowered, sample_sampling
 from eagle3_synth.engines import GenerationRequest, SamplingParams
 from eagle3_synth.errors import ConfigError
 

@@ -19,8 +19,7 @@ from huggingface_hub import DatasetCard
 from eagle3_synth.dataset import card as dataset_card
 from eagle3_synth.dataset.card import card_data, hub_license, render_card, size_category
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.publish import PREVIEW_CHARS, PublishOptions, TreeLimits, publish
-from eagle3_synth.publish.tree import features_with_previews, verify_tree
+from eagle3_synth.publish import PREVIEW_CHARS, PublishOptions, TreeLimits, publish, features_with_previews, verify_tree
 from eagle3_synth.contract.row import COLUMNS, FEATURES
 
 from ..support.built_datasets import KIMI_CONFIG as B1

@@ -27,7 +27,7 @@ from eagle3_synth.dataset.parquet import (
     write_shards,
 )
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.publish.tree import features_with_previews, write_config_shards
+from eagle3_synth.publish import features_with_previews, write_config_shards
 
 from ..conftest import KIMI_TOKENIZER
 from ..support.cli_runs import write_replay

@@ -8,7 +8,7 @@ import pytest
 
 from eagle3_synth.engines import GenerationRequest, SamplingParams
 from eagle3_synth.engines.replay import ReplayEngine, check_replay_file, index_replay_file
-from eagle3_synth.engines.result_checks import check_result
+from eagle3_synth.engines.base import check_result
 from eagle3_synth.errors import ConfigError, EngineError
 
 from stand_ins import sglang_results as R

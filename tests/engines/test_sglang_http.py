@@ -14,11 +14,10 @@ from datasets import load_dataset
 
 from eagle3_synth.cli import main
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams, create_engine
-from eagle3_synth.engines.result_checks import check_result
-from eagle3_synth.engines.retry import RetryPolicy, retry_async
+from eagle3_synth.engines.base import check_result
+from eagle3_synth.engines.sglang.protocol import RetryPolicy, retry_async
 from eagle3_synth.engines.sglang import http as sglang_http
-from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
-from eagle3_synth.engines.sglang.urls import normalize_urls
+from eagle3_synth.engines.sglang.http import SGLangHTTPEngine, normalize_urls
 from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
 from eagle3_synth.contract.row import FEATURES
 

@@ -14,9 +14,8 @@ import pytest
 from eagle3_synth.cli import main
 
 from eagle3_synth.engines import EngineOptions, GenerationRequest, SamplingParams
-from eagle3_synth.engines.result_checks import check_result, is_short_length
-from eagle3_synth.engines.sglang import engine as sglang_engine
-from eagle3_synth.engines.sglang import http as sglang_http
+from eagle3_synth.engines.base import check_result, is_short_length
+from eagle3_synth.engines.sglang import engine as sglang_engine, http as sglang_http
 from eagle3_synth.engines.sglang.args import type_engine_args
 from eagle3_synth.engines.sglang.protocol import ContextLimits
 from eagle3_synth.errors import ConfigError, EngineError

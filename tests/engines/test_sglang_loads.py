@@ -1,10 +1,10 @@
-"""The in-flight window follows what the engine runs: its parallel layout and its load (loads.py)."""
+"""The in-flight window follows what the engine runs: its parallel layout and its load (window.py)."""
 
 from __future__ import annotations
 
 from eagle3_synth.engines import SamplingParams
 from eagle3_synth.engines.sglang.http import SGLangHTTPEngine
-from eagle3_synth.engines.sglang.loads import (MAX_QUEUE_PER_RANK, QUEUE_PER_RANK, START_PER_RANK, EngineLoad,
+from eagle3_synth.engines.sglang.window import (MAX_QUEUE_PER_RANK, QUEUE_PER_RANK, START_PER_RANK, EngineLoad,
                                                LoadDrivenSize, running_capacity, start_size, window_size)
 
 from stand_ins.sglang_server import DeterministicBackend, SGLangLoopbackServer

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from eagle3_synth.engines.sglang.stderr_tail import StderrTail
+from eagle3_synth.engines.sglang.processes import StderrTail
 
 
 def test_a_childs_stderr_passes_through_and_its_last_lines_are_kept(tmp_path):

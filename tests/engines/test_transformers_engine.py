@@ -164,7 +164,7 @@ def test_build_with_the_tiny_model_stores_what_the_model_generated(tiny, tmp_pat
 def test_each_request_is_sampled_with_its_own_params_in_a_shared_batch(tiny):
     """A greedy request, a sampled one and one with a smaller cap share a batch: each gets what it
     gets alone with its own params (a greedy row stays greedy; the small cap cuts only its row)."""
-    from eagle3_synth.contract.sampling import sample_sampling
+    from eagle3_synth.contract.row import sample_sampling
 
     tokenizer, model = tiny
     stops = stop_ids(tokenizer)

@@ -11,8 +11,7 @@ from safetensors.numpy import save_file
 
 from eagle3_synth.engines.sglang.aux_layers import capture_problem, captured_layers, sglang_ids_for
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.evaluate.drafter import fit_problems, read_drafter, sglang_config, write_sglang
-from eagle3_synth.evaluate.run import check_drafter
+from eagle3_synth.evaluate import fit_problems, read_drafter, sglang_config, write_sglang, check_drafter
 
 from ..conftest import TINY_MODEL
 

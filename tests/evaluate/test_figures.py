@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_synth.engines.base import SpeculativeCounts
-from eagle3_synth.engines.result_checks import speculative_counts
-from eagle3_synth.evaluate.figures import Served, acceptance, greedy_check
+from eagle3_synth.engines.base import SpeculativeCounts, speculative_counts
+from eagle3_synth.evaluate import Served, acceptance, greedy_check
 
 
 def test_counts_read_from_meta_info_as_sglang_writes_them():
@@ -49,7 +48,7 @@ def test_greedy_check_names_the_unequal_rows():
 
 
 def test_an_unequal_output_is_named_with_where_it_first_differs():
-    from eagle3_synth.evaluate.figures import first_difference
+    from eagle3_synth.evaluate import first_difference
 
     assert first_difference([5, 6, 7], [5, 6, 7]) is None
     assert first_difference([5, 16, 7], [5, 20, 7]) == [1, 16, 20]

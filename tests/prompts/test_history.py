@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from eagle3_synth.contract.boundaries import find_boundaries, prompt_opens_reasoning
+from eagle3_synth.contract.row import find_boundaries, prompt_opens_reasoning
 from eagle3_synth.contract.profiles import PROFILES, resolve_markers
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.prompts.history import history_message

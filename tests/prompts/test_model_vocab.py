@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.prompts.model_vocab import check_model_and_tokenizer, model_vocab
+from eagle3_synth.prompts.prepare import check_model_and_tokenizer, model_vocab
 
 from ..conftest import KIMI_TOKENIZER, TINY_MODEL
 

@@ -13,7 +13,7 @@ from eagle3_synth.contract.profiles import PROFILES
 from eagle3_synth.errors import ConfigError, PromptError
 from eagle3_synth.prompts.configs import CONFIGS, ConfigSpec, get_config
 from eagle3_synth.prompts.conversation import Conversation
-from eagle3_synth.prompts.template_kwargs import check_run_kwargs, kwarg_problems, run_kwarg_problems, template_names
+from eagle3_synth.prompts.hygiene import check_run_kwargs, kwarg_problems, run_kwarg_problems, template_names
 from eagle3_synth.prompts.templating import ChatTokenizer, load_tokenizer
 
 from ..conftest import FIXTURES, KIMI_TOKENIZER, TINY_MODEL

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 
 from eagle3_synth.prompts import prepare as prompt_prep
-from eagle3_synth.prompts import templaters
 from eagle3_synth.prompts.templating import ChatTokenizer
 from eagle3_synth.prompts.conversation import Conversation
 from eagle3_synth.errors import ConfigError, PromptError
@@ -157,14 +156,14 @@ def test_a_worker_pool_prepares_the_same_prompt_list(kimi_tokenizer, monkeypatch
 
 
 def test_auto_moves_to_a_pool_past_the_threshold(kimi_tokenizer, monkeypatch, caplog):
-    monkeypatch.setattr(templaters, "POOL_MIN_PROMPTS", 4)
+    monkeypatch.setattr(prompt_prep, "POOL_MIN_PROMPTS", 4)
     monkeypatch.setattr(prompt_prep, "CHUNK", 2)
-    monkeypatch.setattr(templaters, "_available_cores", lambda: 1)
+    monkeypatch.setattr(prompt_prep, "_available_cores", lambda: 1)
     with caplog.at_level(logging.INFO):
         assert prepared_with(kimi_tokenizer, "B1_glaive", None) == prepared_with(kimi_tokenizer, "B1_glaive", 1)
     assert "worker processes" not in caplog.text  # one core: a pool would only slow it down
-    monkeypatch.setattr(templaters, "_available_cores", lambda: 16)
-    monkeypatch.setattr(templaters, "MAX_AUTO_WORKERS", 2)
+    monkeypatch.setattr(prompt_prep, "_available_cores", lambda: 16)
+    monkeypatch.setattr(prompt_prep, "MAX_AUTO_WORKERS", 2)
     with caplog.at_level(logging.INFO):
         auto = prepared_with(kimi_tokenizer, "B1_glaive", None)
     assert "templating prompts in 2 worker processes" in caplog.text

@@ -21,16 +21,9 @@ from huggingface_hub import DatasetCard
 
 from eagle3_synth.contract.row import COLUMNS
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.publish import (
-    PREVIEW_CHARS,
-    PREVIEW_COLUMNS,
-    PublishError,
-    PublishOptions,
-    TreeLimits,
-    publish,
-)
-from eagle3_synth.publish.tree import features_with_previews
-from eagle3_synth.view.render import output_preview, prompt_preview
+from eagle3_synth.publish import (PREVIEW_CHARS, PREVIEW_COLUMNS, PublishError, PublishOptions, TreeLimits, publish,
+                                  features_with_previews)
+from eagle3_synth.view import output_preview, prompt_preview
 
 from ..support.built_datasets import KIMI_CONFIG as B1
 from ..support.built_datasets import QWEN_CONFIG as B3

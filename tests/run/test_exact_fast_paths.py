@@ -15,13 +15,12 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from eagle3_synth.contract.boundaries import ToolCallSpan, find_tool_calls
+from eagle3_synth.contract.row import ToolCallSpan, find_tool_calls, PreparedPrompt
 from eagle3_synth.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from eagle3_synth.engines.replay import ReplayEngine
 from eagle3_synth.errors import EngineError, PromptError
 from eagle3_synth.run.journal import JournalIndex, encode_result
 from eagle3_synth.run.directory import RunDirectory
-from eagle3_synth.contract.row import PreparedPrompt
 
 
 def tool_calls_token_by_token(ids: list[int], begin: int, end: int) -> tuple[ToolCallSpan, ...]:

@@ -16,8 +16,7 @@ import pytest
 from eagle3_synth.errors import ConfigError
 from eagle3_synth.prompts.configs import get_config
 from eagle3_synth.prompts.selection import PromptPlan, PromptSelection
-from eagle3_synth.run.fingerprint import fingerprint
-from eagle3_synth.run.spec import ModelSpec, RunSpec, SamplingSpec, spec_fields
+from eagle3_synth.run.spec import fingerprint, ModelSpec, RunSpec, SamplingSpec, spec_fields
 
 from ..conftest import KIMI_TOKENIZER, QWEN_TOKENIZER, TINY_MODEL
 from ..support.prompt_cases import fixture_files
@@ -178,7 +177,7 @@ def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
     default) enters no field, so naming it is the same run as not naming it; a cast does,
     and each cast is another run. `--engine-arg dtype` is refused for `--dtype`, and `auto` is
     no dtype at all (SGLang's auto runs a float32 checkpoint in float16)."""
-    from eagle3_synth.engines.dtypes import checkpoint_dtype
+    from eagle3_synth.engines import checkpoint_dtype
     from eagle3_synth.run.settings import GenerationSettings
 
     def spec_of(**settings):
@@ -203,7 +202,7 @@ def test_the_dtype_is_fingerprinted_only_where_it_casts_the_checkpoint(files):
 
 def test_each_difference_is_named_by_its_dotted_path():
     """A field left out when unset (--validation, --dtype) is named as not set, not as 'None'."""
-    from eagle3_synth.run.fingerprint import _differences
+    from eagle3_synth.run.spec import _differences
 
     assert _differences({"model": {"model": "m"}}, {"model": {"model": "m", "dtype": "bfloat16"}}) == [
         "model.dtype: not set for the run, this command has 'bfloat16'"]

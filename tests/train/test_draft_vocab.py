@@ -25,8 +25,7 @@ import torch
 
 from eagle3_synth.cli import main
 from eagle3_synth.dataset.stores import open_source
-from eagle3_synth.train.loss_mask import loss_mask
-from eagle3_synth.train.loss_mask import masked_output_starts
+from eagle3_synth.train.export import loss_mask, masked_output_starts
 from eagle3_synth.train.draft_vocab import select_draft_vocab
 
 from ..conftest import TINY_MODEL

@@ -16,7 +16,7 @@ import torch
 
 from eagle3_synth.cli import main
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.train.hidden_states.layers import resolve_layers
+from eagle3_synth.train.hidden_states.layouts import resolve_layers
 
 from ..conftest import TINY_MODEL
 from ..support.built_datasets import rewrite_rows

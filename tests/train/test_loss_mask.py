@@ -8,7 +8,7 @@ import pytest
 from datasets import load_dataset
 
 from eagle3_synth.errors import ConfigError
-from eagle3_synth.train.loss_mask import loss_mask, training_example, training_map_fn
+from eagle3_synth.train.export import loss_mask, training_example, training_map_fn
 
 from ..support.built_datasets import KIMI_CONFIG, checks_dataset
 

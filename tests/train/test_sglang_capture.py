@@ -102,7 +102,7 @@ def test_the_printed_flags_say_what_the_server_must_run_with(tmp_path):
 
 
 def options(**changes):
-    from eagle3_synth.train.hidden_states.compute import HiddenStatesOptions
+    from eagle3_synth.train.hidden_states.job import HiddenStatesOptions
 
     return HiddenStatesOptions(configs=("B1_glaive",), fmt="speculators", folder=Path("prep"), model="m", **changes)
 

@@ -8,7 +8,7 @@ import pytest
 from datasets import load_dataset
 
 from eagle3_synth.cli import main
-from eagle3_synth.view.render import render_row
+from eagle3_synth.view import render_row
 from eagle3_synth.dataset.stores import FolderSource, LoadDatasetSource, RunSource, open_source
 
 from ..support.built_datasets import KIMI_CONFIG, QWEN_CONFIG, checks_dataset

@@ -8,7 +8,7 @@ import re
 import pytest
 from datasets import load_dataset
 
-from eagle3_synth.view.render import output_preview, output_regions, prompt_preview, render_row
+from eagle3_synth.view import output_preview, output_regions, prompt_preview, render_row
 
 from ..support.built_datasets import KIMI_CONFIG, QWEN_CONFIG, checks_dataset
 

@@ -163,7 +163,7 @@ def engine_kwargs(options: EngineOptions, fields: Iterable[FieldSpec]) -> dict[s
         "trust_remote_code": options.trust_remote_code,
     }
     if options.dtype is not None:
-        kwargs["dtype"] = options.dtype  # never SGLang's "auto" (engines/dtypes.py)
+        kwargs["dtype"] = options.dtype  # never SGLang's "auto" (engines/__init__.py)
     if is_cpu_engine(kwargs):
         check_cpu_dtype(kwargs.get("dtype"))
     if options.priority:

@@ -1,6 +1,6 @@
 """Which of the target's hidden states SGLang 0.5.23 hands an EAGLE-3 drafter: its layer numbering.
 
-Our layer ids follow vLLM (`train/hidden_states/layers.py`): 0 = the embeddings, i = the input of
+Our layer ids follow vLLM (`train/hidden_states/layouts.py`): 0 = the embeddings, i = the input of
 decoder layer i, n = the last layer's output before the final norm. SGLang's decoder loop captures the
 input of layer i for each i in `model.layers_to_capture` (srt/models/llama.py `LlamaModel.forward`,
 `capture_output` on layer i), so a captured id is vLLM's id, and only 0..n-1 can be captured: the last

@@ -6,14 +6,14 @@
   binds its response handling), at most `max_in_flight` at once, each result handed on as soon as
   it completes (window.py), so the engine never drains between chunks.
 - A request that raises is that sample's error (`abort`, with the message); 5xx-style errors
-  (e.g. 503 "The request queue is full.") are retried first (retry.py). Every result is checked
-  (result_checks.py).
+  (e.g. 503 "The request queue is full.") are retried first (protocol.py). Every result is checked
+  (base.py).
 - `close()` shuts the engine down without SGLang's kill of every child of this process, and the
   caller's SIGTERM handler stays in charge, then removes the shared-memory segments its processes
   had mapped, which SGLang's CPU all-reduce leaves behind (processes.py).
 - An engine that dies (a scheduler exception, a killed child) ends the run with `EngineDied`
   (exit 75, resumable) naming the process and the engine's last log lines, instead of SGLang's
-  SIGQUIT handler killing this process with it (processes.py, stderr_tail.py). One that cannot
+  SIGQUIT handler killing this process with it (processes.py). One that cannot
   start (a server argument SGLang refuses, weights that leave no memory for the KV cache, a child
   killed for memory while loading) fails the same way on every rerun: a `ConfigError` (exit 2)
   with SGLang's own reason in one line and what to change (`start_failure`).
@@ -36,19 +36,18 @@ import sys
 from typing import Any
 
 from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
-from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
-from eagle3_synth.engines.result_checks import check_result
-from eagle3_synth.engines.retry import RetryPolicy
+from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result,
+                                       check_result)
+from eagle3_synth.engines.sglang.protocol import (RetryPolicy, ContextLimits, RequestIds, WindowedEngine,
+                                                  is_transient_status, prefill_hidden_states, result_with_retries,
+                                                  sent_priority, sglang_sampling_params)
 from eagle3_synth.engines.sglang.args import CPU_ENGINE_VARIABLE, FieldSpec, engine_kwargs, language_model_only_hint, server_args_fields
-from eagle3_synth.engines.sglang.processes import (bind_loop_keep_sigterm, callers_sigterm, exited, guarded_shutdown, kill_trees,
-                                                  launch_died, mapped_shm_segments, on_sigquit, owned_children, process_names,
-                                                  unlink_segments, without_ctrl_c)
-from eagle3_synth.engines.sglang.stderr_tail import StderrTail
-from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, is_transient_status,
-                                                  prefill_hidden_states, result_with_retries, sent_priority,
-                                                  sglang_sampling_params)
-from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
-from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
+from eagle3_synth.engines.sglang.processes import (bind_loop_keep_sigterm, callers_sigterm, exited, guarded_shutdown,
+                                                   kill_trees, launch_died, mapped_shm_segments, on_sigquit,
+                                                   owned_children, process_names, unlink_segments, without_ctrl_c,
+                                                   StderrTail)
+from eagle3_synth.engines.sglang.window import (EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size,
+                                                InFlightWindow, check_window_size)
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ def engine_info(engine: Any) -> dict[str, Any]:
 
 def default_max_in_flight(info: dict[str, Any]) -> int:
     """The window's ceiling: twice the requests the engine runs at once (FALLBACK_MAX_IN_FLIGHT
-    when unknown); within it the window follows the engine's load (`loads.py`)."""
+    when unknown); within it the window follows the engine's load (`window.py`)."""
     capacity = running_capacity(info)
     return FALLBACK_MAX_IN_FLIGHT if capacity is None else max(64, 2 * capacity)
 

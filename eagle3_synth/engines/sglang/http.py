@@ -5,7 +5,7 @@ when its slowest prompt ends), `max_in_flight` requests at once over keep-alive 
 the fastest client measured, benchmarks/README.md). `--url`s are used in turn, one refusing skipped.
 
 Failures:
-- connection errors, idle timeouts, 408, 429 and 5xx are retried with backoff and jitter (retry.py);
+- connection errors, idle timeouts, 408, 429 and 5xx are retried with backoff and jitter (protocol.py);
 - a 400 "Duplicate request ID detected" is retried too (with a new rid): it answers a retry that
   a router made with our rid while the worker still held the aborted first try (protocol.py);
 - 401, 403, 404, 405 (a wrong URL path, a missing or wrong API key: SGLang's auth middleware
@@ -14,7 +14,7 @@ Failures:
 - any other 4xx (a prompt longer than the context, a bad sampling value) is that sample's error;
 - retries used up: a 5xx or timeout becomes that sample's error; a server that cannot be connected
   to stops the run with `EngineDied` (exit 75; rerun to resume), not failing every prompt left.
-Every 200 result is checked (result_checks.py) before it is handed on.
+Every 200 result is checked (base.py) before it is handed on.
 
 Requests stream (`"stream": true`, `sampling_params.stream_interval` = STREAM_INTERVAL), so the
 timeout is about progress, not total time: an attempt fails only when no data arrived for
@@ -42,21 +42,141 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator, Iterable
+from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 from eagle3_synth.contract.ranges import check_range
 from eagle3_synth.errors import ConfigError, EngineDied, EngineError, TransientEngineError
-from eagle3_synth.engines.base import EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result
-from eagle3_synth.engines.result_checks import check_result
-from eagle3_synth.engines.retry import RetryPolicy, retry_async
+from eagle3_synth.engines.base import (EngineOptions, GenerationRequest, GenerationResult, SamplingParams, abort_result,
+                                       check_result)
+from eagle3_synth.engines.sglang.protocol import (RetryPolicy, retry_async, ContextLimits, RequestIds, WindowedEngine,
+                                                  error_text, is_duplicate_rid, is_transient_status, merge_chunk,
+                                                  priority_order, result_with_retries, sent_priority,
+                                                  sglang_sampling_params, stream_status, prefill_hidden_states)
 from eagle3_synth.engines.sglang.args import AUTO_TRUNCATE_REFUSED
-from eagle3_synth.engines.sglang.protocol import (ContextLimits, RequestIds, WindowedEngine, error_text, is_duplicate_rid,
-                                                  is_transient_status, merge_chunk, priority_order,
-                                                  result_with_retries, sent_priority, sglang_sampling_params, stream_status)
-from eagle3_synth.engines.sglang.http_prefill import ConnectionFailure, HTTPPrefill, json_or_text
-from eagle3_synth.engines.sglang.loads import EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size
-from eagle3_synth.engines.sglang.urls import UrlPool, normalize_urls
-from eagle3_synth.engines.sglang.window import InFlightWindow, check_window_size
+from eagle3_synth.engines.sglang.window import (EngineLoad, LoadDrivenSize, running_capacity, running_ranks, start_size,
+                                                InFlightWindow, check_window_size)
+
+# What `SGLangHTTPEngine` sends for `hidden-states --engine sglang-http`: one prefill per row.
+#
+# A non-streaming `/generate` of the row's ids with `max_new_tokens` 1: with `return_hidden_states`
+# (the states in the answer, `protocol.prefill_hidden_states`), or with an `rid` the server's hook
+# names the row's states file by (train/hidden_states/sglang_capture.py). Retried as every request
+# is (`engines/sglang/protocol.py`); a server no longer reachable ends the run with `EngineDied` (exit 75).
+
+class ConnectionFailure(TransientEngineError):
+    """The server could not be reached at all (refused, reset before answering, connect timeout)."""
+
+
+def json_or_text(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")
+
+
+class HTTPPrefill:
+    """Mixed into `SGLangHTTPEngine` (http.py), whose session, URL pool, timeout and retry policy it uses."""
+
+    urls: Any
+    retry: Any
+    request_timeout_s: float
+
+    def _get_session(self) -> Any:
+        raise NotImplementedError
+
+    @contextmanager
+    def transport_errors(self, url: str) -> Iterator[None]:
+        """aiohttp's failures of a request to `url` as ours, every one transient: a server not reached
+        (marked down) is a `ConnectionFailure`, an idle timeout or a broken answer a `TransientEngineError`."""
+        import aiohttp
+
+        try:
+            yield
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            self.urls.mark_down(url)
+            raise ConnectionFailure(f"{url}: {type(exc).__name__}: {exc}") from exc
+        except asyncio.TimeoutError as exc:
+            raise TransientEngineError(f"{url}: no data for {self.request_timeout_s:g}s (idle timeout)") from exc
+        except aiohttp.ClientError as exc:  # a stream cut off mid-way, a malformed response
+            raise TransientEngineError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+    async def _post_states(self, ids: list[int], sampling: dict[str, Any], rid: str | None) -> Any:
+        """One non-streaming /generate with `return_hidden_states`: its states are in the final
+        answer only. Transport failures and 5xx are transient; another status ends the run."""
+        import orjson
+
+        url = self.urls.pick()
+        payload = {"input_ids": ids, "sampling_params": sampling, "return_hidden_states": rid is None,
+                   **({"rid": rid} if rid is not None else {})}
+        with self.transport_errors(url):
+            async with self._get_session().post(url + "/generate", json=payload) as response:
+                status, body = response.status, await response.read()
+        self.urls.mark_up(url)
+        if status != 200:
+            message = f"{url}: HTTP {status}: {error_text(json_or_text(body))}"
+            if is_transient_status(status):
+                raise TransientEngineError(message)
+            raise EngineError(f"a prefill of {len(ids)} tokens failed: {message}")
+        return prefill_hidden_states(orjson.loads(body), url, rid)
+
+    async def _prefill_one(self, ids: list[int], sampling: dict[str, Any], rid: str | None) -> Any:
+        try:
+            return await retry_async(lambda attempt: self._post_states(ids, sampling, rid), self.retry,
+                                     describe=f"a prefill of {len(ids)} tokens")
+        except ConnectionFailure as exc:
+            raise EngineDied(f"no SGLang server could be reached ({exc}). Files written so far stay: start the "
+                              "server(s) again and rerun the same command to continue.") from exc
+
+
+# The `--url`s of the sglang-http engine: checked base URLs, used in turn, skipping one that is down.
+
+URL_COOLDOWN_S = 10.0
+
+
+def normalize_urls(urls: Iterable[str]) -> tuple[str, ...]:
+    """Base URLs without a trailing slash; a missing scheme or a path such as /generate is an error."""
+    result = []
+    for url in urls:
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"--url {url!r}: expected http://HOST:PORT of an SGLang server or router")
+        if parts.path.rstrip("/"):
+            raise ConfigError(f"--url {url!r}: give the server's base URL, without {parts.path!r}")
+        result.append(f"{parts.scheme}://{parts.netloc}")
+    if not result:
+        raise ConfigError("--engine sglang-http needs --url http://HOST:PORT (repeat it for several servers)")
+    return tuple(result)
+
+
+class UrlPool:
+    """Round-robin over the URLs, skipping one that refused a connection in the last cooldown."""
+
+    def __init__(self, urls: tuple[str, ...], cooldown_s: float = URL_COOLDOWN_S):
+        self.urls = urls
+        self.cooldown_s = cooldown_s
+        self._next = 0
+        self._down_until: dict[str, float] = {}
+
+    def pick(self) -> str:
+        now = time.monotonic()
+        for _ in range(len(self.urls)):
+            url = self.urls[self._next % len(self.urls)]
+            self._next += 1
+            if self._down_until.get(url, 0.0) <= now:
+                return url
+        # All are cooling down: the one that comes back first.
+        return min(self.urls, key=lambda u: self._down_until.get(u, 0.0))
+
+    def mark_down(self, url: str) -> None:
+        if len(self.urls) > 1:
+            self._down_until[url] = time.monotonic() + self.cooldown_s
+
+    def mark_up(self, url: str) -> None:
+        self._down_until.pop(url, None)
+
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +238,7 @@ class SGLangHTTPEngine(HTTPPrefill, WindowedEngine):
         self.health_timeout_s = health_timeout_s
         self.health_poll_s = health_poll_s
         self.limits = ContextLimits()  # set from the servers' info by check_servers()
-        # With no --max-in-flight the window follows the servers' /v1/loads (loads.py), from check_servers().
+        # With no --max-in-flight the window follows the servers' /v1/loads (window.py), from check_servers().
         self.load_driven = load_driven
         self.priority = priority
         self.low_priority_first = False  # the servers' schedule_low_priority_values_first (check_server_info)

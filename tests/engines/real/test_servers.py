@@ -86,7 +86,7 @@ def test_a_server_with_an_api_key_is_refused_without_it_and_served_with_it(refer
 
 def test_the_window_follows_the_real_servers_loads(server):
     """With no --max-in-flight the window reads the server's real /v1/loads between results
-    (engines/sglang/loads.py): it starts at what the server runs, and every request completes."""
+    (engines/sglang/window.py): it starts at what the server runs, and every request completes."""
     engine = create_engine("sglang-http", EngineOptions(urls=(server.url,), max_in_flight=None))
     try:
         assert engine._window.sizer is not None, "the window is not load-driven"
