@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3_synth.engines import EngineOptions
-from eagle3_synth.engines.retry import RetryPolicy
+from eagle3_synth.engines.sglang.protocol import RetryPolicy
 from eagle3_synth.engines.sglang import engine as sglang_engine
 
 from stand_ins.sglang_server import SGLangLoopbackServer, ServerThread
