@@ -80,8 +80,10 @@ def no_empty_folders_left(*folders: str) -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     settings = generation_settings(args, default_run_dir(args), folder_builds().Eagle3SynthConfig, name=args.config,
                                    partial=args.partial)
-    # Assembling reads the run directory and checks --validation against it; every other option generates.
-    generating = [option_name(f) for f in fields(GenerationSettings) if f.name not in ("run_dir", "validation")]
+    # Assembling reads the run directory, the configs a --config-file defines (a config of one's own is
+    # assembled by its name) and checks --validation against the run; every other option generates.
+    generating = [option_name(f) for f in fields(GenerationSettings)
+                  if f.name not in ("run_dir", "config_file", "validation")]
     given = [] if settings.generates else options_given(settings, generating)
     if given:
         raise ConfigError(f"{given[0]} applies to generating, and nothing is generated without --model (or "

@@ -177,3 +177,17 @@ def test_a_config_with_no_prompt_kept_writes_nothing_and_keeps_the_others(tmp_pa
     assert not (out / "B3_ultrachat").exists()
     assert "B3_ultrachat" not in (out / "README.md").read_text()
     assert load_dataset(str(out), "B1_glaive", split="train").num_rows == 6
+
+
+def test_a_config_of_ones_own_is_assembled_with_its_config_file(tmp_path, kimi_tokenizer):
+    """`generate` a config a --config-file defines, then `build` it without --model: assembling needs
+    the file to know the config, so --config-file is not a generating option there."""
+    (tmp_path / "my.yaml").write_text("MY_support:\n  adapter: messages\n", encoding="utf-8")
+    with open(sample_prompts_path("B3_ultrachat"), encoding="utf-8") as samples:
+        write_prompts(tmp_path / "prompts.jsonl", [samples.readline().rstrip("\n")])
+    outputs = write_replay(tmp_path / "replay.jsonl", kimi_tokenizer, 1)
+    defined = ["MY_support", "--config-file", str(tmp_path / "my.yaml"), "--run-dir", str(tmp_path / "run")]
+    assert main(["generate", *defined, "--prompts", str(tmp_path / "prompts.jsonl"), "--model", str(KIMI_TOKENIZER),
+                 "--engine", "replay", "--replay", str(tmp_path / "replay.jsonl"), "--turns", "last"]) == 0
+    assert main(["build", *defined, "--out", str(tmp_path / "ds")]) == 0
+    assert load_dataset(str(tmp_path / "ds"), "MY_support", split="train")["output_ids"] == outputs
